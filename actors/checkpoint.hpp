@@ -1,0 +1,51 @@
+#pragma once
+// Checkpoint directories (DESIGN.md, "Checkpoints"):
+//   DIR/step-00000470/model.safetensors      parameters, PyTorch nn.Sequential names
+//   DIR/step-00000470/optimizer.safetensors  slots "<param>.<slot>", step in metadata
+//   DIR/step-00000470/trainer.json           step, epoch, ledger position, seed, config
+//   DIR/latest                               the name of the newest one
+// Each is written under a temporary name, flushed, then renamed, so a reader
+// never sees a partial checkpoint.
+
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "data/epoch_ledger.hpp"
+#include "tensors/replica.hpp"
+
+namespace dpactor {
+
+struct trainer_record {
+  std::int64_t step = 0;   // optimizer steps done; the next step has this index
+  std::int64_t epoch = 0;  // epoch of the ledger position
+  ledger_position position;
+  std::uint64_t seed = 0;
+  bool shuffle = true;
+  std::uint64_t train_samples = 0;
+  std::string config;  // the effective config, TOML
+};
+
+// Writes a checkpoint of `state` (laid out by `layout`) under `root`, updates
+// DIR/latest, and deletes all but the newest `keep` (0 = keep all). Returns the
+// checkpoint's directory. Throws checkpoint_error; leaves no partial directory.
+std::filesystem::path write_checkpoint(const std::filesystem::path& root, const state_layout& layout,
+                                       std::span<const float> state, const trainer_record& record, std::int64_t keep);
+
+struct loaded_checkpoint {
+  std::filesystem::path directory;
+  std::vector<float> state;  // laid out by the layout it was loaded against
+  trainer_record record;
+};
+
+// `path` is a checkpoint directory, or a root holding `latest`. Checks every
+// tensor against `layout`; throws checkpoint_error naming the file and tensor.
+loaded_checkpoint read_checkpoint(const std::filesystem::path& path, const state_layout& layout);
+
+// Loads model weights only (e.g. --init-from): every parameter of `layout` must
+// be present as F32 with the same shape. Returns the parameter section.
+std::vector<float> read_model_weights(const std::filesystem::path& file, const state_layout& layout);
+
+}  // namespace dpactor

@@ -1,0 +1,427 @@
+#include "actors/config_file.hpp"
+
+#include <algorithm>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <sstream>
+
+#include <toml++/toml.h>
+
+#include "tensors/error.hpp"
+
+namespace dpactor {
+namespace {
+
+// Where a value came from: "file:line:column", or the --set argument.
+std::string location(const toml::node& node) {
+  const auto& src = node.source();
+  const std::string path = src.path ? *src.path : std::string("<config>");
+  if (path.rfind("--set ", 0) == 0) return path;
+  return path + ":" + std::to_string(src.begin.line) + ":" + std::to_string(src.begin.column);
+}
+
+[[noreturn]] void fail_at(const toml::node& node, const std::string& key, const std::string& what) {
+  throw config_error(location(node) + ": " + key + ": " + what);
+}
+
+std::string type_name(const toml::node& node) {
+  switch (node.type()) {
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a float";
+    case toml::node_type::boolean: return "a boolean";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::table: return "a table";
+    default: return "a date or time";
+  }
+}
+
+std::string quote(const std::string& s) {
+  std::ostringstream out;
+  out << toml::value<std::string>(s);
+  return out.str();
+}
+
+template <class T>
+std::string number_text(T v) {
+  std::ostringstream out;
+  out << toml::value<T>(v);
+  return out.str();
+}
+
+// One key of the schema: how to read it into a job_config, and how to print it.
+struct key_spec {
+  std::string section;
+  std::string name;
+  std::string type;
+  std::string doc;
+  std::function<void(job_config&, const toml::node&, const std::string& key)> read;
+  std::function<std::string(const job_config&)> print;
+};
+
+template <class Field>
+using accessor = std::function<Field&(job_config&)>;
+
+std::int64_t read_int(const toml::node& node, const std::string& key, std::int64_t lo, std::int64_t hi) {
+  if (!node.is_integer()) fail_at(node, key, "expected an integer, found " + type_name(node));
+  const std::int64_t v = node.as_integer()->get();
+  if (v < lo) fail_at(node, key, "value " + std::to_string(v) + " is out of range: must be >= " + std::to_string(lo));
+  if (v > hi) fail_at(node, key, "value " + std::to_string(v) + " is out of range: must be <= " + std::to_string(hi));
+  return v;
+}
+
+double read_float(const toml::node& node, const std::string& key, double lo, double hi, bool lo_open) {
+  double v = 0.0;
+  if (node.is_floating_point()) v = node.as_floating_point()->get();
+  else if (node.is_integer()) v = static_cast<double>(node.as_integer()->get());
+  else fail_at(node, key, "expected a number, found " + type_name(node));
+  if (!(v == v) || (lo_open ? v <= lo : v < lo) || v > hi) {
+    std::string range = lo_open ? "> " + number_text(lo) : ">= " + number_text(lo);
+    if (hi < std::numeric_limits<double>::max()) range += " and <= " + number_text(hi);
+    fail_at(node, key, "value " + number_text(v) + " is out of range: must be " + range);
+  }
+  return v;
+}
+
+const std::string& read_string(const toml::node& node, const std::string& key) {
+  if (!node.is_string()) fail_at(node, key, "expected a string, found " + type_name(node));
+  return node.as_string()->get();
+}
+
+struct schema_builder {
+  std::vector<key_spec> keys;
+  std::string section;
+
+  void integer(std::string name, accessor<std::int64_t> field, std::int64_t lo, std::string doc,
+               std::int64_t hi = std::numeric_limits<std::int64_t>::max()) {
+    keys.push_back({section, std::move(name), "integer", std::move(doc),
+                    [=](job_config& c, const toml::node& n, const std::string& key) { field(c) = read_int(n, key, lo, hi); },
+                    [=](const job_config& c) { return std::to_string(field(const_cast<job_config&>(c))); }});
+  }
+  void floating(std::string name, accessor<double> field, double lo, bool lo_open, std::string doc,
+                double hi = std::numeric_limits<double>::max()) {
+    keys.push_back({section, std::move(name), "float", std::move(doc),
+                    [=](job_config& c, const toml::node& n, const std::string& key) {
+                      field(c) = read_float(n, key, lo, hi, lo_open);
+                    },
+                    [=](const job_config& c) { return number_text(field(const_cast<job_config&>(c))); }});
+  }
+  void boolean(std::string name, accessor<bool> field, std::string doc) {
+    keys.push_back({section, std::move(name), "boolean", std::move(doc),
+                    [=](job_config& c, const toml::node& n, const std::string& key) {
+                      if (!n.is_boolean()) fail_at(n, key, "expected a boolean (true or false), found " + type_name(n));
+                      field(c) = n.as_boolean()->get();
+                    },
+                    [=](const job_config& c) { return std::string(field(const_cast<job_config&>(c)) ? "true" : "false"); }});
+  }
+  void string(std::string name, accessor<std::string> field, std::string doc) {
+    keys.push_back({section, std::move(name), "string", std::move(doc),
+                    [=](job_config& c, const toml::node& n, const std::string& key) { field(c) = read_string(n, key); },
+                    [=](const job_config& c) { return quote(field(const_cast<job_config&>(c))); }});
+  }
+  // A string naming one of a fixed set of choices.
+  template <class E>
+  void choice(std::string name, accessor<E> field, std::vector<std::pair<std::string, E>> choices, std::string doc) {
+    std::string list;
+    for (const auto& [text, value] : choices) list += (list.empty() ? "" : ", ") + quote(text);
+    keys.push_back({section, std::move(name), "string: " + list, std::move(doc),
+                    [=](job_config& c, const toml::node& n, const std::string& key) {
+                      const std::string& s = read_string(n, key);
+                      for (const auto& [text, value] : choices)
+                        if (text == s) {
+                          field(c) = value;
+                          return;
+                        }
+                      fail_at(n, key, "unknown value " + quote(s) + ": expected one of " + list);
+                    },
+                    [=](const job_config& c) {
+                      for (const auto& [text, value] : choices)
+                        if (value == field(const_cast<job_config&>(c))) return quote(text);
+                      return std::string("\"?\"");
+                    }});
+  }
+};
+
+const std::vector<key_spec>& schema() {
+  static const std::vector<key_spec> keys = [] {
+    schema_builder b;
+    b.section = "model";
+    b.keys.push_back({"model", "layers", "array of integers",
+                      "Layer widths: input features, hidden layers..., classes. Linear layers between them.",
+                      [](job_config& c, const toml::node& n, const std::string& key) {
+                        const toml::array* a = n.as_array();
+                        if (a == nullptr) fail_at(n, key, "expected an array of integers, found " + type_name(n));
+                        if (a->size() < 2) fail_at(n, key, "needs at least two entries (inputs and classes)");
+                        std::vector<int> sizes;
+                        for (const auto& e : *a)
+                          sizes.push_back(static_cast<int>(read_int(e, key + "[" + std::to_string(sizes.size()) + "]", 1, 1 << 24)));
+                        c.model.sizes = std::move(sizes);
+                      },
+                      [](const job_config& c) {
+                        std::string s = "[";
+                        for (std::size_t i = 0; i < c.model.sizes.size(); ++i) s += (i ? ", " : "") + std::to_string(c.model.sizes[i]);
+                        return s + "]";
+                      }});
+    b.choice<activation>("activation", [](job_config& c) -> activation& { return c.model.hidden_activation; },
+                         {{"relu", activation::relu}, {"gelu", activation::gelu}, {"tanh", activation::tanh},
+                          {"sigmoid", activation::sigmoid}},
+                         "Activation after every hidden layer (gelu is the exact, erf-based one).");
+    b.choice<loss_kind>("loss", [](job_config& c) -> loss_kind& { return c.model.loss; },
+                        {{"cross_entropy", loss_kind::cross_entropy}, {"mse", loss_kind::mse}},
+                        "Loss: softmax cross-entropy, or mean squared error against one-hot labels.");
+
+    b.section = "data";
+    b.choice<data_format>("format", [](job_config& c) -> data_format& { return c.data.format; },
+                          {{"idx", data_format::idx}, {"csv", data_format::csv}, {"synthetic", data_format::synthetic}},
+                          "Dataset format: IDX files (plain or .gz), CSV files, or generated Gaussian blobs.");
+    b.string("train_images", [](job_config& c) -> std::string& { return c.data.train_images; }, "IDX: training images.");
+    b.string("train_labels", [](job_config& c) -> std::string& { return c.data.train_labels; }, "IDX: training labels.");
+    b.string("test_images", [](job_config& c) -> std::string& { return c.data.test_images; }, "IDX: test images.");
+    b.string("test_labels", [](job_config& c) -> std::string& { return c.data.test_labels; }, "IDX: test labels.");
+    b.string("train_file", [](job_config& c) -> std::string& { return c.data.train_file; }, "CSV: training set.");
+    b.string("test_file", [](job_config& c) -> std::string& { return c.data.test_file; }, "CSV: test set.");
+    b.boolean("header", [](job_config& c) -> bool& { return c.data.header; }, "CSV: the first line is a header.");
+    b.integer("label_column", [](job_config& c) -> std::int64_t& { return c.data.label_column; }, -1024,
+              "CSV: 0-based column of the label; negative counts from the end (-1 = last).", 1 << 20);
+    b.integer("synthetic_train", [](job_config& c) -> std::int64_t& { return c.data.synthetic_train; }, 1,
+              "Synthetic: training samples.");
+    b.integer("synthetic_test", [](job_config& c) -> std::int64_t& { return c.data.synthetic_test; }, 1,
+              "Synthetic: test samples.");
+    b.floating("synthetic_noise", [](job_config& c) -> double& { return c.data.synthetic_noise; }, 0.0, false,
+               "Synthetic: standard deviation of each class blob.");
+    b.integer("synthetic_seed", [](job_config& c) -> std::int64_t& { return c.data.synthetic_seed; }, 0,
+              "Synthetic: seed of the class centres and samples.");
+    b.choice<feature_scaling>("scale", [](job_config& c) -> feature_scaling& { return c.data.scale; },
+                              {{"none", feature_scaling::none}, {"max", feature_scaling::max},
+                               {"standardize", feature_scaling::standardize}},
+                              "Feature scaling from training-set statistics: none, divide by the largest |x| "
+                              "(255 for 8-bit images), or per-feature mean 0 and variance 1.");
+
+    b.section = "optimizer";
+    b.choice<optimizer_kind>("name", [](job_config& c) -> optimizer_kind& { return c.optimizer.kind; },
+                             {{"sgd", optimizer_kind::sgd}, {"adamw", optimizer_kind::adamw}},
+                             "Optimizer, with torch.optim's update formulas.");
+    b.floating("lr", [](job_config& c) -> double& { return c.optimizer.lr; }, 0.0, true,
+               "Base learning rate (the schedule scales it).");
+    b.floating("momentum", [](job_config& c) -> double& { return c.optimizer.momentum; }, 0.0, false,
+               "SGD momentum (0 = none).", 1.0);
+    b.floating("dampening", [](job_config& c) -> double& { return c.optimizer.dampening; }, 0.0, false,
+               "SGD dampening of the momentum.", 1.0);
+    b.boolean("nesterov", [](job_config& c) -> bool& { return c.optimizer.nesterov; },
+              "SGD Nesterov momentum (needs momentum > 0 and dampening = 0).");
+    b.floating("weight_decay", [](job_config& c) -> double& { return c.optimizer.weight_decay; }, 0.0, false,
+               "Weight decay: L2 added to the gradient (SGD), decoupled (AdamW).");
+    b.floating("beta1", [](job_config& c) -> double& { return c.optimizer.beta1; }, 0.0, false,
+               "AdamW: decay of the first moment.", 0.999999);
+    b.floating("beta2", [](job_config& c) -> double& { return c.optimizer.beta2; }, 0.0, false,
+               "AdamW: decay of the second moment.", 0.999999);
+    b.floating("eps", [](job_config& c) -> double& { return c.optimizer.eps; }, 0.0, true,
+               "AdamW: term added to the denominator.");
+    b.choice<schedule_kind>("schedule", [](job_config& c) -> schedule_kind& { return c.schedule.kind; },
+                            {{"constant", schedule_kind::constant}, {"step", schedule_kind::step},
+                             {"cosine", schedule_kind::cosine}},
+                            "Learning-rate schedule over optimizer steps (after warmup).");
+    b.integer("warmup_steps", [](job_config& c) -> std::int64_t& { return c.schedule.warmup_steps; }, 0,
+              "Linear warmup from lr / warmup_steps to lr over this many steps.");
+    b.integer("step_size", [](job_config& c) -> std::int64_t& { return c.schedule.step_size; }, 1,
+              "schedule = \"step\": multiply the rate by gamma every step_size steps.");
+    b.floating("gamma", [](job_config& c) -> double& { return c.schedule.gamma; }, 0.0, true,
+               "schedule = \"step\": decay factor.", 1.0);
+    b.floating("min_lr", [](job_config& c) -> double& { return c.schedule.min_lr; }, 0.0, false,
+               "schedule = \"cosine\": final learning rate.");
+    b.integer("total_steps", [](job_config& c) -> std::int64_t& { return c.schedule.total_steps; }, 0,
+              "schedule = \"cosine\": steps until min_lr; 0 = the run's length (epochs or max_steps).");
+
+    b.section = "train";
+    b.integer("epochs", [](job_config& c) -> std::int64_t& { return c.train.epochs; }, 1, "Passes over the training set.");
+    b.integer("batch_size", [](job_config& c) -> std::int64_t& { return c.train.batch_size; }, 1,
+              "Global batch: samples per optimizer step, summed over all replicas. The last batch of an "
+              "epoch may be smaller; it is trained, not dropped.");
+    b.integer("max_steps", [](job_config& c) -> std::int64_t& { return c.train.max_steps; }, 0,
+              "Stop after this many optimizer steps in total (0 = no limit).");
+    b.boolean("shuffle", [](job_config& c) -> bool& { return c.train.shuffle; },
+              "Visit the training set in a seeded random order each epoch.");
+    b.integer("seed", [](job_config& c) -> std::int64_t& { return c.train.seed; }, 0,
+              "Seed of the initial weights and of the epoch orders.");
+    b.integer("micro_batch", [](job_config& c) -> std::int64_t& { return c.train.micro_batch; }, 1,
+              "Rows per forward/backward pass on a device; a shard is processed in micro-batches and "
+              "their gradients summed (memory bound, not a change of arithmetic).");
+    b.integer("prefetch", [](job_config& c) -> std::int64_t& { return c.train.prefetch; }, 1,
+              "Steps of shards queued ahead at each device.");
+    b.integer("log_every", [](job_config& c) -> std::int64_t& { return c.train.log_every; }, 1,
+              "Steps between step records (metrics file, event callback, progress line).");
+    b.string("checkpoint_dir", [](job_config& c) -> std::string& { return c.train.checkpoint_dir; },
+             "Directory for checkpoints (\"\" = none). One is always written at the end of training and on "
+             "SIGINT/SIGTERM.");
+    b.integer("checkpoint_every", [](job_config& c) -> std::int64_t& { return c.train.checkpoint_every; }, 0,
+              "Also write a checkpoint every this many steps (0 = only at the end).");
+    b.integer("keep_checkpoints", [](job_config& c) -> std::int64_t& { return c.train.keep_checkpoints; }, 0,
+              "Keep the newest this many checkpoints, delete older ones (0 = keep all).");
+    b.boolean("verify_replicas", [](job_config& c) -> bool& { return c.train.verify_replicas; },
+              "Check after every step that all replicas hold bitwise identical parameters (costs a "
+              "checksum per step; a mismatch stops training with an error).");
+
+    b.section = "cluster";
+    b.integer("cpus", [](job_config& c) -> std::int64_t& { return c.cluster.cpus; }, 0,
+              "CPU replicas when no GPU is used (0 = one per core).", 1024);
+    b.integer("blas_threads", [](job_config& c) -> std::int64_t& { return c.cluster.blas_threads; }, 0,
+              "OpenBLAS threads per CPU replica (0 = cores / replicas, at least 1).", 1024);
+    b.integer("min_devices", [](job_config& c) -> std::int64_t& { return c.cluster.min_devices; }, 1,
+              "Fewest replicas to train on; below it the engine checkpoints and stops with an error.");
+    b.floating("collective_timeout_s", [](job_config& c) -> double& { return c.cluster.collective_timeout_s; }, 0.0,
+               true, "Timeout of one collective call, in seconds: a backstop for a member that never arrives.");
+    return std::move(b.keys);
+  }();
+  return keys;
+}
+
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t prev = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t cur = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, prev + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      prev = cur;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string suggestion(const std::string& key) {
+  std::string best;
+  std::size_t best_distance = 3;
+  for (const auto& k : schema()) {
+    const std::string full = k.section + "." + k.name;
+    const std::size_t d = edit_distance(key, full);
+    if (d < best_distance) {
+      best_distance = d;
+      best = full;
+    }
+  }
+  return best.empty() ? std::string() : " (did you mean '" + best + "'?)";
+}
+
+bool known_section(const std::string& name) {
+  return std::any_of(schema().begin(), schema().end(), [&](const key_spec& k) { return k.section == name; });
+}
+
+void apply_table(job_config& config, const toml::table& root) {
+  for (const auto& [section_key, section_node] : root) {
+    const std::string section(section_key.str());
+    if (!known_section(section))
+      fail_at(section_node, section, "unknown section [" + section + "]; sections are model, data, optimizer, train, cluster");
+    const toml::table* table = section_node.as_table();
+    if (table == nullptr) fail_at(section_node, section, "expected a table [" + section + "], found " + type_name(section_node));
+    for (const auto& [key_key, value] : *table) {
+      const std::string key = section + "." + std::string(key_key.str());
+      const auto it = std::find_if(schema().begin(), schema().end(),
+                                   [&](const key_spec& k) { return k.section + "." + k.name == key; });
+      if (it == schema().end()) fail_at(value, key, "unknown key" + suggestion(key));
+      it->read(config, value, key);
+    }
+  }
+}
+
+void apply_override(toml::table& root, const std::string& assignment) {
+  const std::string origin = "--set " + assignment;
+  const auto eq = assignment.find('=');
+  const auto dot = assignment.find('.');
+  if (eq == std::string::npos || dot == std::string::npos || dot > eq)
+    throw config_error(origin + ": expected section.key=value, e.g. --set train.epochs=5");
+  const std::string section = assignment.substr(0, dot);
+  const std::string key = assignment.substr(dot + 1, eq - dot - 1);
+  const std::string value = assignment.substr(eq + 1);
+  toml::table parsed;
+  try {
+    parsed = toml::parse("v = " + value, origin);
+  } catch (const toml::parse_error&) {
+    // A bare word: take it as a string.
+    parsed = toml::parse("v = " + quote(value), origin);
+  }
+  toml::table* target = root[section].as_table();
+  if (target == nullptr) {
+    root.insert_or_assign(section, toml::table{});
+    target = root[section].as_table();
+  }
+  target->insert_or_assign(key, std::move(*parsed.get("v")));
+}
+
+}  // namespace
+
+job_config parse_job_config(const std::string& text, const std::string& origin, const std::vector<std::string>& overrides) {
+  toml::table root;
+  try {
+    root = toml::parse(text, origin);
+  } catch (const toml::parse_error& e) {
+    const auto& src = e.source();
+    throw config_error(origin + ":" + std::to_string(src.begin.line) + ":" + std::to_string(src.begin.column) +
+                       ": malformed TOML: " + std::string(e.description()));
+  }
+  for (const auto& assignment : overrides) apply_override(root, assignment);
+  job_config config;
+  config.source = origin;
+  apply_table(config, root);
+  validate_job_config(config);
+  return config;
+}
+
+job_config load_job_config(const std::filesystem::path& path, const std::vector<std::string>& overrides) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) throw config_error(path.string() + ": config file not found");
+  std::ifstream in(path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (!in) throw config_error(path.string() + ": cannot read the config file");
+  return parse_job_config(text.str(), path.string(), overrides);
+}
+
+void validate_job_config(const job_config& c) {
+  const std::string where = c.source + ": ";
+  if (c.optimizer.nesterov && (c.optimizer.momentum <= 0.0 || c.optimizer.dampening != 0.0))
+    throw config_error(where + "optimizer.nesterov = true needs optimizer.momentum > 0 and optimizer.dampening = 0");
+  if (c.data.format == data_format::csv && (c.data.train_file.empty() || c.data.test_file.empty()))
+    throw config_error(where + "data.format = \"csv\" needs data.train_file and data.test_file");
+  if (c.data.format == data_format::idx &&
+      (c.data.train_images.empty() || c.data.train_labels.empty() || c.data.test_images.empty() || c.data.test_labels.empty()))
+    throw config_error(where + "data.format = \"idx\" needs data.train_images, data.train_labels, data.test_images and data.test_labels");
+  if (c.model.outputs() < 2 && c.model.loss == loss_kind::cross_entropy)
+    throw config_error(where + "model.layers: cross_entropy needs at least 2 classes in the last layer");
+}
+
+std::string dump_job_config(const job_config& config) {
+  std::string out;
+  std::string section;
+  for (const auto& k : schema()) {
+    if (k.section != section) {
+      section = k.section;
+      out += (out.empty() ? "[" : "\n[") + section + "]\n";
+    }
+    out += k.name + " = " + k.print(config) + "\n";
+  }
+  return out;
+}
+
+std::vector<config_key_doc> config_keys() {
+  std::vector<config_key_doc> docs;
+  const job_config defaults;
+  for (const auto& k : schema()) docs.push_back({k.section + "." + k.name, k.type, k.print(defaults), k.doc});
+  return docs;
+}
+
+lr_schedule make_lr_schedule(const job_config& config, std::int64_t run_steps) {
+  lr_schedule s;
+  s.kind = config.schedule.kind;
+  s.base_lr = config.optimizer.lr;
+  s.warmup_steps = config.schedule.warmup_steps;
+  s.step_size = config.schedule.step_size;
+  s.gamma = config.schedule.gamma;
+  s.min_lr = config.schedule.min_lr;
+  s.total_steps = config.schedule.total_steps > 0 ? config.schedule.total_steps : run_steps;
+  return s;
+}
+
+}  // namespace dpactor

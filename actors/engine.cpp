@@ -1,0 +1,292 @@
+#include "actors/engine.hpp"
+
+#include <algorithm>
+#include <future>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <stdexcept>
+#include <thread>
+
+#include <caf/all.hpp>
+#include <spdlog/spdlog.h>
+
+#include "actors/checkpoint.hpp"
+#include "actors/checkpoint_writer.hpp"
+#include "actors/config_file.hpp"
+#include "actors/device.hpp"
+#include "actors/loader.hpp"
+#include "actors/messages.hpp"
+#include "actors/reducer.hpp"
+#include "data/loading.hpp"
+#include "tensors/cpu_replica.hpp"
+#include "tensors/error.hpp"
+#include "tensors/gemm.hpp"
+
+namespace dpactor {
+namespace {
+
+// Scheduler threads for the event-based actors (loader, reducer). Devices and
+// the checkpoint writer are detached and bring their own threads.
+constexpr std::size_t scheduler_threads = 2;
+
+int hardware_cores() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }
+
+// The replica state every member starts from: fresh, from weights, or resumed.
+struct initial_state {
+  std::vector<float> state;
+  std::int64_t start_step = 0;
+  std::optional<ledger_position> position;
+};
+
+initial_state make_initial_state(const job_config& config, const run_options& options, const state_layout& layout,
+                                 std::size_t train_rows) {
+  initial_state init;
+  if (!options.resume_from.empty()) {
+    loaded_checkpoint ckpt = read_checkpoint(options.resume_from, layout);
+    const trainer_record& r = ckpt.record;
+    const std::string where = ckpt.directory.string() + ": ";
+    if (r.train_samples != train_rows)
+      throw checkpoint_error(where + "the checkpoint was trained on " + std::to_string(r.train_samples) +
+                             " samples, the configured training set has " + std::to_string(train_rows));
+    if (r.seed != static_cast<std::uint64_t>(config.train.seed) || r.shuffle != config.train.shuffle)
+      throw config_error(where + "the checkpoint was trained with train.seed = " + std::to_string(r.seed) +
+                         " and train.shuffle = " + (r.shuffle ? "true" : "false") +
+                         "; resuming needs the same values (they define the epoch order)");
+    init.state = std::move(ckpt.state);
+    init.start_step = r.step;
+    init.position = r.position;
+    spdlog::info("resuming from {} at step {}, epoch {}", ckpt.directory.string(), r.step, r.position.epoch + 1);
+    return init;
+  }
+  init.state.assign(layout.total_size(), 0.0f);
+  if (!options.init_from.empty()) {
+    const std::vector<float> params = read_model_weights(options.init_from, layout);
+    std::copy(params.begin(), params.end(), init.state.begin());
+  } else {
+    init_mlp_parameters(config.model, std::span<float>(init.state).first(layout.parameter_size),
+                        static_cast<std::uint64_t>(config.train.seed));
+  }
+  return init;
+}
+
+}  // namespace
+
+std::span<const float> parameter_snapshot::tensor(const std::string& name) const {
+  const tensor_spec* t = layout.find(name);
+  if (t == nullptr) throw std::out_of_range("no tensor named " + name);
+  return std::span<const float>(values).subspan(t->offset, t->numel());
+}
+
+struct Engine::impl {
+  job_config config;
+  run_options options;
+  event_callback callback;
+
+  mutable std::shared_mutex system_mutex;  // exclusive: start/teardown; shared: snapshot
+  std::mutex run_mutex;                    // one start/wait at a time
+  std::unique_ptr<caf::actor_system_config> system_config;  // outlives the system, which refers to it
+  std::unique_ptr<caf::actor_system> system;
+  std::vector<caf::actor> actors;  // everything spawned, for teardown
+  caf::actor reducer;
+  std::shared_ptr<run_control> control;
+  std::optional<std::future<run_summary>> outcome;
+  std::atomic<bool> stop_requested{false};
+  std::atomic<bool> running{false};
+  std::chrono::steady_clock::time_point started;
+  state_layout layout;
+
+  void teardown() {
+    std::unique_lock lock(system_mutex);
+    if (!system) return;
+    for (const auto& a : actors) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    actors.clear();
+    reducer = nullptr;
+    system.reset();  // waits for every actor to finish
+    system_config.reset();
+  }
+};
+
+Engine::Engine(job_config config, run_options options) : impl_(std::make_unique<impl>()) {
+  validate_job_config(config);
+  impl_->config = std::move(config);
+  impl_->options = std::move(options);
+}
+
+Engine::~Engine() {
+  if (impl_->running) {
+    stop();
+    try {
+      wait();
+    } catch (...) {
+    }
+  }
+}
+
+void Engine::on_event(event_callback callback) { impl_->callback = std::move(callback); }
+
+const job_config& Engine::config() const noexcept { return impl_->config; }
+
+int Engine::replica_count() const noexcept {
+  return impl_->config.cluster.cpus > 0 ? static_cast<int>(impl_->config.cluster.cpus) : hardware_cores();
+}
+
+bool Engine::running() const { return impl_->running; }
+
+void Engine::stop() {
+  impl_->stop_requested = true;
+  std::shared_lock lock(impl_->system_mutex);
+  if (impl_->system && impl_->reducer) caf::anon_send(impl_->reducer, stop_atom::value);
+}
+
+void Engine::start() {
+  auto& m = *impl_;
+  std::unique_lock run_lock(m.run_mutex);
+  if (m.running) throw std::logic_error("Engine::start: a run is already in progress");
+  const job_config& config = m.config;
+  m.started = std::chrono::steady_clock::now();
+
+  train_test_data data = load_data(config.data, config.model.inputs(), config.model.outputs());
+  const int replicas = replica_count();
+  const int blas = config.cluster.blas_threads > 0 ? static_cast<int>(config.cluster.blas_threads)
+                                                   : std::max(1, hardware_cores() / replicas);
+  set_blas_threads(blas);
+
+  optimizer_config opt = config.optimizer;
+  m.layout = make_state_layout(config.model, opt);
+  initial_state init = make_initial_state(config, m.options, m.layout, data.train->rows);
+
+  const auto rows = static_cast<std::int64_t>(data.train->rows);
+  const std::int64_t epoch_steps = (rows + config.train.batch_size - 1) / config.train.batch_size;
+  std::int64_t run_steps = epoch_steps * config.train.epochs;
+  if (config.train.max_steps > 0) run_steps = std::min(run_steps, config.train.max_steps);
+  const lr_schedule schedule = make_lr_schedule(config, run_steps);
+
+  m.control = std::make_shared<run_control>(m.callback);
+  m.outcome = m.control->outcome();
+
+  auto cfg = std::make_unique<caf::actor_system_config>();
+  register_message_types(*cfg);
+  cfg->set("scheduler.max-threads", scheduler_threads);
+  auto system = std::make_unique<caf::actor_system>(*cfg);
+
+  const bool checkpoints = !config.train.checkpoint_dir.empty();
+  caf::actor writer;
+  if (checkpoints) {
+    auto setup = std::make_shared<checkpoint_writer_setup>();
+    setup->root = config.train.checkpoint_dir;
+    setup->layout = m.layout;
+    setup->seed = static_cast<std::uint64_t>(config.train.seed);
+    setup->shuffle = config.train.shuffle;
+    setup->train_samples = data.train->rows;
+    setup->config_toml = dump_job_config(config);
+    setup->keep = config.train.keep_checkpoints;
+    writer = system->spawn<caf::detached>(checkpoint_writer_actor, std::shared_ptr<const checkpoint_writer_setup>(setup));
+  }
+
+  std::vector<caf::actor> devices;
+  std::vector<std::string> names;
+  const auto micro_batch = static_cast<std::size_t>(config.train.micro_batch);
+  for (int r = 0; r < replicas; ++r) {
+    auto setup = std::make_shared<device_setup>();
+    setup->name = "cpu:" + std::to_string(r);
+    setup->model = std::make_unique<cpu_replica>(config.model, opt, micro_batch);
+    setup->model->import_state(init.state);
+    setup->train = data.train;
+    setup->test = data.test;
+    setup->schedule = schedule;
+    setup->collective.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(config.cluster.collective_timeout_s * 1000.0));
+    setup->verify_replicas = config.train.verify_replicas;
+    names.push_back(setup->name);
+    devices.push_back(system->spawn<caf::detached>(device_actor, std::move(setup)));
+  }
+
+  loader_setup ls;
+  ls.train_rows = data.train->rows;
+  ls.test_rows = data.test->rows;
+  ls.batch_size = config.train.batch_size;
+  ls.epochs = config.train.epochs;
+  ls.max_steps = config.train.max_steps;
+  ls.prefetch = config.train.prefetch;
+  ls.seed = static_cast<std::uint64_t>(config.train.seed);
+  ls.shuffle = config.train.shuffle;
+  ls.checkpoints = checkpoints;
+  ls.checkpoint_every = config.train.checkpoint_every;
+  ls.start_step = init.start_step;
+  ls.resume_position = init.position;
+  caf::actor loader = system->spawn(loader_actor, std::move(ls));
+
+  reducer_setup rs;
+  rs.control = m.control;
+  rs.devices = devices;
+  rs.device_names = names;
+  rs.loader = loader;
+  rs.writer = writer;
+  rs.schedule = schedule;
+  rs.start_step = init.start_step;
+  rs.epoch_steps = epoch_steps;
+  rs.total_steps = run_steps;
+  rs.log_every = config.train.log_every;
+  rs.verify_replicas = config.train.verify_replicas;
+  rs.started = m.started;
+  caf::actor reducer = system->spawn(reducer_actor, std::move(rs));
+
+  {
+    std::unique_lock lock(m.system_mutex);
+    m.system_config = std::move(cfg);
+    m.system = std::move(system);
+    m.actors = devices;
+    m.actors.push_back(loader);
+    m.actors.push_back(reducer);
+    if (writer) m.actors.push_back(writer);
+    m.reducer = reducer;
+    m.running = true;
+  }
+  caf::anon_send(reducer, start_atom::value);
+  if (m.stop_requested) caf::anon_send(reducer, stop_atom::value);
+}
+
+run_summary Engine::wait() {
+  auto& m = *impl_;
+  std::unique_lock run_lock(m.run_mutex);
+  if (!m.running || !m.outcome) throw std::logic_error("Engine::wait: no run in progress");
+  std::optional<run_summary> summary;
+  std::exception_ptr error;
+  try {
+    summary = m.outcome->get();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  m.outcome.reset();
+  m.teardown();
+  m.running = false;
+  m.stop_requested = false;
+  if (error) std::rethrow_exception(error);
+  return *summary;
+}
+
+parameter_snapshot Engine::snapshot(std::chrono::milliseconds timeout) {
+  auto& m = *impl_;
+  std::shared_lock lock(m.system_mutex);
+  if (!m.system || !m.reducer) throw std::runtime_error("Engine::snapshot: no run in progress");
+  parameter_snapshot snap;
+  std::string failure;
+  caf::scoped_actor self{*m.system};
+  self->request(m.reducer, timeout, params_atom::value)
+      .receive(
+          [&](params_reply& reply) {
+            snap.step = reply.step;
+            snap.values = std::move(reply.values);
+          },
+          [&](caf::error& err) { failure = m.system->render(err); });
+  if (!failure.empty()) throw std::runtime_error("Engine::snapshot failed: " + failure);
+  flat_layout params;
+  for (std::size_t i = 0; i < m.layout.parameter_tensors; ++i) {
+    const auto& t = m.layout.layout.tensors()[i];
+    params.add(t.name, t.shape);
+  }
+  snap.layout = std::move(params);
+  return snap;
+}
+
+}  // namespace dpactor

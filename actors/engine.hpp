@@ -1,0 +1,78 @@
+#pragma once
+// dpactor::Engine, the public facade: train a job in-process from a config.
+//
+//   dpactor::Engine engine(dpactor::load_job_config("configs/mlp.cfg"));
+//   engine.on_event([](const dpactor::event& e) { ... });
+//   engine.start();                      // returns at once
+//   auto weights = engine.snapshot();    // consistent, at a step boundary
+//   engine.stop();                       // optional: stop at the next step boundary
+//   dpactor::run_summary s = engine.wait();
+//
+// Every member function is thread-safe. An engine can be started again after
+// wait() returned. This header includes no CAF.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "actors/events.hpp"
+#include "actors/job_config.hpp"
+#include "actors/run_control.hpp"
+#include "tensors/flat_buffer.hpp"
+
+namespace dpactor {
+
+struct run_options {
+  std::string resume_from;  // checkpoint directory, or a root holding `latest`
+  std::string init_from;    // model.safetensors to start from (optimizer fresh)
+};
+
+// Parameters of the model at one step boundary, laid out as in a
+// checkpoint's model.safetensors.
+struct parameter_snapshot {
+  std::int64_t step = 0;  // optimizer steps done when it was taken
+  flat_layout layout;
+  std::vector<float> values;
+  std::span<const float> tensor(const std::string& name) const;
+};
+
+class Engine {
+ public:
+  explicit Engine(job_config config, run_options options = {});
+  ~Engine();  // stops a running job and waits for it
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Set before start(); called on an engine thread, must not block for long.
+  void on_event(event_callback callback);
+
+  // Loads the data and the initial state, spawns the actors and returns.
+  // Throws data_error, checkpoint_error or config_error; throws
+  // std::logic_error if a run is in progress.
+  void start();
+  // Blocks until the run ends; returns its summary, or throws the error that
+  // ended it (training_error, checkpoint_error). Tears the actors down.
+  run_summary wait();
+  // Asks the run to stop at the next step boundary (a checkpoint is written if
+  // train.checkpoint_dir is set). Returns at once; safe from any thread, also
+  // before start() (the next start() then returns without training).
+  void stop();
+  bool running() const;
+
+  // The current parameters, read between two steps of the first member.
+  // Throws std::runtime_error if no run is in progress or on timeout.
+  parameter_snapshot snapshot(std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+  const job_config& config() const noexcept;
+  // Number of replicas a run of this config uses.
+  int replica_count() const noexcept;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace dpactor

@@ -1,0 +1,72 @@
+#pragma once
+// What the engine reports while it trains: to the event callback, and (through
+// the CLI) to the metrics file as JSON Lines. No CAF types here: this header is
+// part of the public API.
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "tensors/json.hpp"
+
+namespace dpactor {
+
+struct step_event {
+  std::int64_t step = 0;           // optimizer steps done
+  std::int64_t epoch = 0;          // 0-based
+  std::int64_t epoch_step = 0;     // steps done in this epoch
+  std::int64_t epoch_steps = 0;    // nominal steps per epoch
+  std::int64_t total_steps = 0;    // nominal steps of the whole run
+  double loss = 0.0;               // mean over the samples since the last step event
+  double accuracy = 0.0;           // training accuracy over the same samples
+  double lr = 0.0;                 // rate of the last step
+  double samples_per_s = 0.0;      // since the last step event
+  std::int64_t generation = 0;
+};
+
+struct epoch_event {
+  std::int64_t epoch = 0;
+  std::int64_t step = 0;
+  double train_loss = 0.0;
+  double train_accuracy = 0.0;
+  double test_loss = 0.0;
+  double test_accuracy = 0.0;
+  double samples_per_s = 0.0;
+  double seconds = 0.0;
+  std::int64_t samples = 0;     // committed this epoch
+  std::int64_t requeued = 0;    // indices handed out again this epoch
+};
+
+struct membership_event {
+  std::int64_t generation = 0;
+  std::int64_t step = 0;
+  std::vector<std::string> members;  // rank order
+  std::string reason;                // "start", "failed: ...", "joined", "left", "hung"
+};
+
+struct checkpoint_event {
+  std::int64_t step = 0;
+  std::string path;
+};
+
+using event = std::variant<step_event, epoch_event, membership_event, checkpoint_event>;
+
+struct run_summary {
+  double test_accuracy = 0.0;
+  double test_loss = 0.0;
+  double samples_per_s = 0.0;  // training samples over training time
+  double wall_s = 0.0;         // from start() to the end, data loading included
+  double train_s = 0.0;
+  std::int64_t steps = 0;      // optimizer steps done in total (resumed ones included)
+  std::int64_t epochs = 0;     // epochs completed
+  std::int64_t samples = 0;    // samples trained in this run
+  std::int64_t membership_changes = 0;
+  std::string checkpoint;      // the last checkpoint written, if any
+  bool stopped = false;        // ended by stop() before the planned end
+};
+
+json to_json(const event& e);
+json to_json(const run_summary& s);
+
+}  // namespace dpactor

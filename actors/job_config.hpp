@@ -1,0 +1,62 @@
+#pragma once
+// Everything a training job is configured by: the sections of a .cfg file
+// (docs/config.md documents every key and its default). Plain values, no
+// parsing here; see config_file.hpp for the TOML schema.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "data/data_config.hpp"
+#include "tensors/lr_schedule.hpp"
+#include "tensors/mlp.hpp"
+#include "tensors/optimizer.hpp"
+
+namespace dpactor {
+
+struct train_config {
+  std::int64_t epochs = 15;
+  std::int64_t batch_size = 128;  // global: summed over all replicas
+  std::int64_t max_steps = 0;     // 0 = no limit
+  bool shuffle = true;
+  std::int64_t seed = 42;
+  std::int64_t micro_batch = 256;  // rows per forward/backward call on a device
+  std::int64_t prefetch = 2;       // steps of shards queued ahead at each device
+  std::int64_t log_every = 50;     // steps between step records
+  std::string checkpoint_dir = "checkpoints";  // "" = no checkpoints
+  std::int64_t checkpoint_every = 0;           // steps; 0 = only at the end
+  std::int64_t keep_checkpoints = 3;           // newest kept; 0 = keep all
+  bool verify_replicas = false;  // compare parameter checksums of all replicas every step
+};
+
+struct schedule_config {
+  schedule_kind kind = schedule_kind::cosine;
+  std::int64_t warmup_steps = 0;
+  std::int64_t step_size = 1000;
+  double gamma = 0.1;
+  double min_lr = 0.0;
+  std::int64_t total_steps = 0;  // cosine; 0 = the run's total steps
+};
+
+struct cluster_config {
+  std::int64_t cpus = 0;         // CPU replicas; 0 = number of cores
+  std::int64_t blas_threads = 0; // per replica; 0 = cores / replicas, at least 1
+  std::int64_t min_devices = 1;
+  double collective_timeout_s = 600.0;
+};
+
+struct job_config {
+  std::string source = "<defaults>";  // the file it came from, for messages
+  mlp_spec model{{784, 256, 128, 10}, activation::relu, loss_kind::cross_entropy};
+  data_config data;
+  optimizer_config optimizer;
+  schedule_config schedule;
+  train_config train;
+  cluster_config cluster;
+  std::vector<std::string> faults;  // fault-injection specs (see docs/config.md)
+};
+
+// The schedule the job uses, with total_steps resolved from the run length.
+lr_schedule make_lr_schedule(const job_config& config, std::int64_t run_steps);
+
+}  // namespace dpactor

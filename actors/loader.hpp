@@ -1,0 +1,67 @@
+#pragma once
+// The loader actor: owns the sampler and the epoch ledger, cuts every step's
+// global batch into one shard per member, and streams work to the devices.
+//
+// Note [Work flows through the loader]
+// Everything a device does arrives from the loader, in one FIFO stream per
+// device: begin_generation, then shards, with evaluate, snapshot and finish
+// messages placed between them exactly at the step boundary they belong to.
+// CAF keeps the order of messages between two actors, so "snapshot after step
+// 470" needs no synchronisation: the device reaches it after shard 470 and
+// before shard 471. The loader stays at most `train.prefetch` steps ahead of
+// the last committed step, so a device finds its next shard already queued.
+// The reducer steers only through the loader (plans, commits, stop).
+//
+// Epochs do not overlap: the next epoch's shards go out once every index of
+// the current one is committed, so indices re-queued late in an epoch are still
+// trained in it, and the epoch's evaluation sees its final parameters.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include <caf/all.hpp>
+
+#include "actors/messages.hpp"
+#include "data/epoch_ledger.hpp"
+
+namespace dpactor {
+
+struct loader_setup {
+  std::size_t train_rows = 0;
+  std::size_t test_rows = 0;
+  std::int64_t batch_size = 1;
+  std::int64_t epochs = 1;
+  std::int64_t max_steps = 0;  // 0 = no limit
+  std::int64_t prefetch = 2;
+  std::uint64_t seed = 0;
+  bool shuffle = true;
+  bool checkpoints = false;          // a checkpoint is wanted at the end
+  std::int64_t checkpoint_every = 0;
+  std::int64_t start_step = 0;       // steps already trained (resume)
+  std::optional<ledger_position> resume_position;
+};
+
+struct loader_state {
+  struct step_in_flight {
+    std::vector<std::uint32_t> indices;  // all shards, rank order
+    bool snapshot = false;               // a checkpoint is taken after it
+  };
+
+  loader_setup setup;
+  caf::actor reducer;  // from the generation plan
+  std::optional<epoch_ledger> ledger;
+  generation_plan plan;
+  bool have_plan = false;
+  std::int64_t next_step = 0;
+  std::int64_t committed_step = -1;
+  std::map<std::int64_t, step_in_flight> in_flight;
+  std::vector<std::uint32_t> scratch;
+  bool finished = false;
+  static inline const char* name = "loader";
+};
+
+caf::behavior loader_actor(caf::stateful_actor<loader_state>* self, loader_setup setup);
+
+}  // namespace dpactor

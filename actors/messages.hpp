@@ -1,0 +1,267 @@
+#pragma once
+// Every message and atom of the actor protocol, with an inspect overload each
+// so they can cross the network, registered in one place
+// (register_message_types). The protocol, by sender:
+//
+//   reducer -> loader   generation_plan, committed_msg, stop_atom
+//   loader  -> device   begin_generation_msg, shard_msg, evaluate_msg,
+//                       snapshot_msg, finish_msg          (one FIFO stream)
+//   loader  -> reducer  step_planned_msg, ledger_snapshot_msg, epoch_ledger_msg,
+//                       work_done_msg
+//   device  -> reducer  computed_msg, step_done_msg, evaluated_msg, state_msg,
+//                       device_failed_msg                 (one-way reports)
+//   reducer -> writer   write_checkpoint_msg; writer -> reducer checkpoint_written_msg
+//
+// See Note [Work flows through the loader] in loader.hpp.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <caf/all.hpp>
+
+#include "comms/collective.hpp"
+#include "data/epoch_ledger.hpp"
+
+namespace dpactor {
+
+using stop_atom = caf::atom_constant<caf::atom("stop")>;
+using params_atom = caf::atom_constant<caf::atom("params")>;
+using start_atom = caf::atom_constant<caf::atom("start")>;
+
+// A generation's collective group. Across processes only the descriptor fields
+// travel (the backend and, for NCCL or Gloo, the rendezvous id); in-process the
+// group object rides along.
+struct group_ticket {
+  std::string backend = "local";
+  std::int64_t generation = 0;
+  std::string rendezvous_id;
+  std::shared_ptr<collective_group> local;  // in-process only, not serialised
+};
+
+struct generation_plan {
+  std::int64_t generation = 0;
+  caf::actor reducer;               // where members and the loader report
+  std::vector<caf::actor> members;  // rank = position
+  std::int32_t state_source = 0;    // rank whose state every member adopts
+  group_ticket group;
+};
+
+struct begin_generation_msg {
+  std::int64_t generation = 0;
+  caf::actor reducer;
+  std::int32_t rank = 0;
+  std::int32_t size = 0;
+  std::int32_t state_source = 0;
+  group_ticket group;
+};
+
+struct shard_msg {
+  std::int64_t generation = 0;
+  std::int64_t step = 0;
+  std::int64_t epoch = 0;
+  std::vector<std::uint32_t> indices;
+};
+
+struct evaluate_msg {
+  std::int64_t generation = 0;
+  std::int64_t epoch = 0;
+  std::int64_t step = 0;  // evaluates the parameters after this step
+  std::uint32_t begin = 0;
+  std::uint32_t end = 0;  // test rows [begin, end)
+  bool epoch_end = false; // the epoch's evaluation (else the final one of a run stopped mid-epoch)
+};
+
+struct snapshot_msg {
+  std::int64_t generation = 0;
+  std::int64_t step = 0;  // send the state after this step
+};
+
+struct finish_msg {
+  std::int64_t generation = 0;
+  std::int64_t step = 0;
+};
+
+struct computed_msg {
+  std::int64_t generation = 0;
+  std::int64_t step = 0;
+  std::int32_t rank = 0;
+  std::int64_t samples = 0;
+  double compute_s = 0.0;
+};
+
+struct step_done_msg {
+  std::int64_t generation = 0;
+  std::int64_t step = 0;
+  std::int64_t epoch = 0;
+  std::int32_t rank = 0;
+  double loss_sum = 0.0;
+  std::int64_t correct = 0;
+  std::int64_t samples = 0;
+  std::uint64_t checksum = 0;  // of the parameters, when train.verify_replicas
+};
+
+struct evaluated_msg {
+  std::int64_t generation = 0;
+  std::int64_t epoch = 0;
+  std::int64_t step = 0;
+  bool epoch_end = false;
+  std::int32_t rank = 0;
+  double loss_sum = 0.0;
+  std::int64_t correct = 0;
+  std::int64_t samples = 0;
+};
+
+struct state_msg {
+  std::int64_t step = 0;
+  std::vector<float> state;  // See Note [Replica state buffer]
+};
+
+struct device_failed_msg {
+  std::int64_t generation = 0;
+  std::int64_t step = 0;
+  std::int32_t rank = 0;
+  std::string what;
+};
+
+struct committed_msg {
+  std::int64_t generation = 0;
+  std::int64_t step = 0;
+};
+
+struct step_planned_msg {
+  std::int64_t step = 0;
+  std::int64_t epoch = 0;
+  std::int64_t samples = 0;
+  bool last_of_epoch = false;
+};
+
+struct ledger_snapshot_msg {
+  std::int64_t step = 0;  // the ledger as it stands once this step is committed
+  ledger_position position;
+};
+
+struct epoch_ledger_msg {
+  std::int64_t epoch = 0;
+  std::int64_t committed = 0;
+  std::int64_t requeued = 0;
+};
+
+struct work_done_msg {
+  std::int64_t last_step = -1;  // -1: no step was trained
+  bool final_evaluation = false;
+  bool snapshot = false;
+};
+
+struct write_checkpoint_msg {
+  std::int64_t step = 0;
+  std::int64_t epoch = 0;
+  bool final = false;
+  std::vector<float> state;
+  ledger_position position;
+};
+
+struct checkpoint_written_msg {
+  std::int64_t step = 0;
+  std::string path;
+  std::string error;  // empty on success
+};
+
+struct params_reply {
+  std::int64_t step = 0;
+  std::vector<float> values;  // the parameter section of the state
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, group_ticket& x) {
+  return f(caf::meta::type_name("group_ticket"), x.backend, x.generation, x.rendezvous_id);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ledger_position& x) {
+  return f(caf::meta::type_name("ledger_position"), x.epoch, x.cursor, x.front);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, generation_plan& x) {
+  return f(caf::meta::type_name("generation_plan"), x.generation, x.reducer, x.members, x.state_source, x.group);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, begin_generation_msg& x) {
+  return f(caf::meta::type_name("begin_generation_msg"), x.generation, x.reducer, x.rank, x.size, x.state_source,
+           x.group);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, shard_msg& x) {
+  return f(caf::meta::type_name("shard_msg"), x.generation, x.step, x.epoch, x.indices);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, evaluate_msg& x) {
+  return f(caf::meta::type_name("evaluate_msg"), x.generation, x.epoch, x.step, x.begin, x.end, x.epoch_end);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, snapshot_msg& x) {
+  return f(caf::meta::type_name("snapshot_msg"), x.generation, x.step);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, finish_msg& x) {
+  return f(caf::meta::type_name("finish_msg"), x.generation, x.step);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, computed_msg& x) {
+  return f(caf::meta::type_name("computed_msg"), x.generation, x.step, x.rank, x.samples, x.compute_s);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_done_msg& x) {
+  return f(caf::meta::type_name("step_done_msg"), x.generation, x.step, x.epoch, x.rank, x.loss_sum, x.correct,
+           x.samples, x.checksum);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, evaluated_msg& x) {
+  return f(caf::meta::type_name("evaluated_msg"), x.generation, x.epoch, x.step, x.epoch_end, x.rank, x.loss_sum,
+           x.correct, x.samples);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, state_msg& x) {
+  return f(caf::meta::type_name("state_msg"), x.step, x.state);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, device_failed_msg& x) {
+  return f(caf::meta::type_name("device_failed_msg"), x.generation, x.step, x.rank, x.what);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, committed_msg& x) {
+  return f(caf::meta::type_name("committed_msg"), x.generation, x.step);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_planned_msg& x) {
+  return f(caf::meta::type_name("step_planned_msg"), x.step, x.epoch, x.samples, x.last_of_epoch);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ledger_snapshot_msg& x) {
+  return f(caf::meta::type_name("ledger_snapshot_msg"), x.step, x.position);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, epoch_ledger_msg& x) {
+  return f(caf::meta::type_name("epoch_ledger_msg"), x.epoch, x.committed, x.requeued);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, work_done_msg& x) {
+  return f(caf::meta::type_name("work_done_msg"), x.last_step, x.final_evaluation, x.snapshot);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, write_checkpoint_msg& x) {
+  return f(caf::meta::type_name("write_checkpoint_msg"), x.step, x.epoch, x.final, x.state, x.position);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, checkpoint_written_msg& x) {
+  return f(caf::meta::type_name("checkpoint_written_msg"), x.step, x.path, x.error);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, params_reply& x) {
+  return f(caf::meta::type_name("params_reply"), x.step, x.values);
+}
+
+// Registers every type above with the actor system's config.
+void register_message_types(caf::actor_system_config& config);
+
+}  // namespace dpactor

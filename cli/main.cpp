@@ -1,0 +1,115 @@
+// dpactor: the command-line client of dpactor::Engine.
+//
+// Exit codes (docs/cli.md): 0 success; 1 internal error; 2 usage or config
+// error; 3 data error; 4 checkpoint error; 5 training failed; 130 / 143 stopped
+// by SIGINT / SIGTERM (after writing a checkpoint).
+
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <memory>
+#include <thread>
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "actors/config_file.hpp"
+#include "actors/engine.hpp"
+#include "cli/gpu_discovery.hpp"
+#include "cli/metrics_file.hpp"
+#include "cli/options.hpp"
+#include "cli/progress.hpp"
+#include "cli/signal_watch.hpp"
+#include "tensors/error.hpp"
+
+namespace {
+
+using namespace dpactor;
+
+void setup_logging(const cli::options& opts) {
+  auto logger = spdlog::stderr_color_mt("dpactor");
+  logger->set_pattern("dpactor: %^%l%$: %v");
+  spdlog::set_default_logger(logger);
+  spdlog::set_level(opts.quiet ? spdlog::level::warn : spdlog::level::from_str(opts.log_level));
+}
+
+int fail(const std::string& message, int code) {
+  spdlog::error("{}", message);
+  return code;
+}
+
+int run(int argc, char** argv, cli::signal_watch& signals) {
+  cli::options opts;
+  if (auto code = parse_options(argc, argv, opts)) return *code;
+  setup_logging(opts);
+
+  job_config config;
+  cli::gpu_selection gpus;
+  try {
+    gpus = cli::select_gpus(opts.gpus);
+    if (opts.cpus) opts.sets.push_back("cluster.cpus=" + std::to_string(*opts.cpus));
+    config = load_job_config(opts.model, opts.sets);
+  } catch (const std::invalid_argument& e) {
+    return fail(e.what(), 2);
+  }
+  if (opts.print_config) {
+    std::fputs(dump_job_config(config).c_str(), stdout);
+    return 0;
+  }
+
+  run_options run;
+  run.resume_from = opts.resume;
+  run.init_from = opts.init_from;
+  Engine engine(config, run);
+  if (gpus.devices.empty() && opts.gpus != "0")
+    spdlog::warn("no usable GPU ({}); training on {} CPU replica{} (--cpus {})", gpus.note, engine.replica_count(),
+                 engine.replica_count() == 1 ? "" : "s", engine.replica_count());
+
+  std::unique_ptr<cli::metrics_file> metrics;
+  if (!opts.metrics.empty()) {
+    try {
+      metrics = std::make_unique<cli::metrics_file>(opts.metrics);
+    } catch (const std::exception& e) {
+      return fail(e.what(), 2);
+    }
+  }
+  const bool terminal = ::isatty(STDOUT_FILENO) == 1;
+  cli::progress_printer progress(stdout, terminal && !opts.quiet, config.train.epochs);
+  engine.on_event([&](const event& e) {
+    if (metrics) metrics->write(to_json(e));
+    if (!opts.quiet) progress.on_event(e);
+    if (const auto* m = std::get_if<membership_event>(&e); m && m->reason != "start")
+      spdlog::warn("membership changed at step {}: generation {} ({}), {} members", m->step, m->generation, m->reason,
+                   m->members.size());
+  });
+  signals.start([&engine](int sig) {
+    spdlog::warn("received {}: stopping at the next step boundary and writing a checkpoint (again to abort)",
+                 sig == SIGINT ? "SIGINT" : "SIGTERM");
+    engine.stop();
+  });
+
+  engine.start();
+  const run_summary summary = engine.wait();
+  if (metrics) metrics->write(to_json(summary));
+  progress.print_summary(summary);
+  if (const int sig = signals.received(); sig != 0) {
+    if (!summary.checkpoint.empty())
+      spdlog::warn("stopped by signal; resume with --resume {}", summary.checkpoint);
+    return 128 + sig;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  cli::signal_watch signals;  // first: blocks the signals for every thread started later
+  try {
+    return run(argc, argv, signals);
+  } catch (const dpactor::error& e) {
+    return fail(e.what(), e.exit_code());
+  } catch (const std::exception& e) {
+    return fail(std::string("internal error: ") + e.what(), 1);
+  }
+}

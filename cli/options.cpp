@@ -1,0 +1,60 @@
+#include "cli/options.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include "cli/version.hpp"
+
+namespace dpactor::cli {
+
+std::optional<int> parse_options(int argc, char** argv, options& out) {
+  CLI::App app{"dpactor: data-parallel training on the actor model.\n"
+               "Trains the model a config describes on every local GPU, or on CPU replicas without one.",
+               "dpactor"};
+  app.get_formatter()->column_width(34);
+  std::optional<long long> epochs, batch_size, checkpoint_every;
+  std::optional<std::string> checkpoint_dir;
+  app.add_option("--model", out.model, "Job config (.cfg, TOML): model, data, optimizer, train, cluster")
+      ->required()
+      ->type_name("FILE");
+  app.add_option("--gpus", out.gpus, "GPUs to use: all, a count N, or a list like 0,2 (default: all)")
+      ->type_name("all|N|LIST");
+  app.add_option("--cpus", out.cpus, "CPU replicas when no GPU is used (default: one per core)")
+      ->type_name("N")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--epochs", epochs, "Override train.epochs")->type_name("N");
+  app.add_option("--batch-size", batch_size, "Override train.batch_size (global batch)")->type_name("N");
+  app.add_option("--set", out.sets, "Override any config key, e.g. --set optimizer.lr=0.05 (repeatable)")
+      ->type_name("SECTION.KEY=VALUE")
+      ->take_all();
+  app.add_option("--checkpoint-dir", checkpoint_dir, "Override train.checkpoint_dir")->type_name("DIR");
+  app.add_option("--checkpoint-every", checkpoint_every, "Override train.checkpoint_every")->type_name("STEPS");
+  app.add_option("--resume", out.resume, "Continue from a checkpoint directory (or a root holding 'latest')")
+      ->type_name("DIR");
+  app.add_option("--init-from", out.init_from, "Start from the weights in a model.safetensors file")->type_name("FILE");
+  app.add_option("--metrics", out.metrics, "Write step, epoch, membership and summary records as JSON Lines")
+      ->type_name("FILE");
+  app.add_option("--log-level", out.log_level, "trace, debug, info, warn, error or off (default: info)")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+  app.add_flag("--quiet,-q", out.quiet, "Print only errors and the final summary");
+  app.add_flag("--print-config", out.print_config, "Print the effective config (file plus overrides) and exit");
+  app.set_version_flag("--version", std::string("dpactor ") + version);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
+  auto add = [&](const char* key, const auto& value) {
+    if (value) out.sets.push_back(std::string(key) + "=" + [&] {
+      if constexpr (std::is_same_v<std::decay_t<decltype(*value)>, std::string>) return "\"" + *value + "\"";
+      else return std::to_string(*value);
+    }());
+  };
+  add("train.epochs", epochs);
+  add("train.batch_size", batch_size);
+  add("train.checkpoint_dir", checkpoint_dir);
+  add("train.checkpoint_every", checkpoint_every);
+  return std::nullopt;
+}
+
+}  // namespace dpactor::cli

@@ -1,0 +1,5 @@
+#pragma once
+
+namespace dpactor::cli {
+inline constexpr const char* version = "0.1.0";
+}

@@ -1,0 +1,64 @@
+#pragma once
+// The collective interface every backend implements: in-place sum all-reduce
+// over floats, broadcast from a rank, barrier. Every call takes options with a
+// timeout; abort() may be called from any thread and makes every pending and
+// future call of the group fail fast with collective_error.
+
+#include <chrono>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+
+namespace dpactor {
+
+enum class collective_errc {
+  aborted,   // abort() was called on the group, or a member failed
+  timeout,   // the call did not complete within its timeout; the group is broken
+  mismatch,  // ranks called with different sizes or roots; the group is broken
+};
+
+class collective_error : public std::runtime_error {
+ public:
+  collective_error(collective_errc code, const std::string& what) : std::runtime_error(what), code_(code) {}
+  collective_errc code() const noexcept { return code_; }
+
+ private:
+  collective_errc code_;
+};
+
+// A call's timeout is a backstop for a member that never arrives; the reducer
+// normally ends a hung generation sooner by aborting the group.
+inline constexpr std::chrono::milliseconds default_collective_timeout{std::chrono::minutes(10)};
+
+struct collective_options {
+  std::chrono::milliseconds timeout = default_collective_timeout;
+};
+
+// One rank's endpoint of a group; used by that rank's thread only.
+class collective {
+ public:
+  virtual ~collective() = default;
+  virtual int rank() const noexcept = 0;
+  virtual int size() const noexcept = 0;
+  // Every rank passes a buffer of the same length; on return each holds the
+  // element-wise sum, bitwise identical on every rank.
+  virtual void all_reduce_sum(std::span<float> data, const collective_options& options) = 0;
+  // Copies root's buffer into every other rank's buffer of the same length.
+  virtual void broadcast(std::span<float> data, int root, const collective_options& options) = 0;
+  virtual void barrier(const collective_options& options) = 0;
+};
+
+// A group of ranks for one generation. The reducer keeps it to abort it from
+// outside; each member takes its endpoint.
+class collective_group {
+ public:
+  virtual ~collective_group() = default;
+  virtual int size() const noexcept = 0;
+  virtual std::unique_ptr<collective> endpoint(int rank) = 0;
+  // Thread-safe, idempotent; wakes every waiting rank with collective_errc::aborted.
+  virtual void abort() = 0;
+  virtual bool aborted() const noexcept = 0;
+};
+
+}  // namespace dpactor

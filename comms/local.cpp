@@ -1,0 +1,157 @@
+#include "comms/local.hpp"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "comms/spin_barrier.hpp"
+
+namespace dpactor {
+namespace {
+
+// Chunk boundaries fall on cache lines so that two ranks never write one line.
+constexpr std::size_t chunk_alignment = 16;  // floats
+// Floats summed per block: the block's partial sums stay in registers/L1.
+constexpr std::size_t reduce_block = 512;
+
+struct shared_state {
+  explicit shared_state(int n) : ranks(n), barrier(n), buffers(static_cast<std::size_t>(n)), sizes(static_cast<std::size_t>(n)),
+                                 roots(static_cast<std::size_t>(n)) {}
+  const int ranks;
+  spin_barrier barrier;
+  std::vector<float*> buffers;
+  std::vector<std::size_t> sizes;
+  std::vector<int> roots;
+  std::atomic<int> broken{-1};  // collective_errc of the first failure, or -1
+};
+
+class local_endpoint final : public collective {
+ public:
+  local_endpoint(std::shared_ptr<shared_state> state, int rank) : state_(std::move(state)), rank_(rank) {}
+
+  int rank() const noexcept override { return rank_; }
+  int size() const noexcept override { return state_->ranks; }
+
+  void all_reduce_sum(std::span<float> data, const collective_options& options) override {
+    const auto deadline = spin_barrier::clock::now() + options.timeout;
+    post(data.data(), data.size(), 0);
+    wait(deadline, "all_reduce");
+    check_uniform(data.size(), "all_reduce");
+    const int n = state_->ranks;
+    auto chunk = [&](int r) {
+      const std::size_t per = (data.size() / static_cast<std::size_t>(n) + chunk_alignment - 1) / chunk_alignment * chunk_alignment;
+      const std::size_t begin = std::min(data.size(), per * static_cast<std::size_t>(r));
+      return std::pair{begin, std::min(data.size(), begin + per)};
+    };
+    // Reduce-scatter: this rank owns chunk rank_ and sums it in rank order.
+    const auto [begin, end] = chunk(rank_);
+    float* const* bufs = state_->buffers.data();
+    std::array<float, reduce_block> acc;
+    for (std::size_t b = begin; b < end; b += reduce_block) {
+      const std::size_t len = std::min(reduce_block, end - b);
+      std::memcpy(acc.data(), bufs[0] + b, len * sizeof(float));
+      for (int k = 1; k < n; ++k) {
+        const float* src = bufs[k] + b;
+        for (std::size_t i = 0; i < len; ++i) acc[i] += src[i];
+      }
+      std::memcpy(data.data() + b, acc.data(), len * sizeof(float));
+    }
+    wait(deadline, "all_reduce");
+    // All-gather: copy every other rank's finished chunk.
+    for (int k = 0; k < n; ++k) {
+      if (k == rank_) continue;
+      const auto [kb, ke] = chunk(k);
+      if (ke > kb) std::memcpy(data.data() + kb, bufs[k] + kb, (ke - kb) * sizeof(float));
+    }
+    // Nobody may return, and reuse its buffer, while another rank still reads it.
+    wait(deadline, "all_reduce");
+  }
+
+  void broadcast(std::span<float> data, int root, const collective_options& options) override {
+    const auto deadline = spin_barrier::clock::now() + options.timeout;
+    if (root < 0 || root >= state_->ranks) {
+      fail(collective_errc::mismatch, "broadcast: root " + std::to_string(root) + " is not a rank of a group of " +
+                                          std::to_string(state_->ranks));
+    }
+    post(data.data(), data.size(), root);
+    wait(deadline, "broadcast");
+    check_uniform(data.size(), "broadcast");
+    if (rank_ != root && !data.empty())
+      std::memcpy(data.data(), state_->buffers[static_cast<std::size_t>(root)], data.size() * sizeof(float));
+    wait(deadline, "broadcast");
+  }
+
+  void barrier(const collective_options& options) override {
+    wait(spin_barrier::clock::now() + options.timeout, "barrier");
+  }
+
+ private:
+  void post(float* data, std::size_t size, int root) {
+    const auto r = static_cast<std::size_t>(rank_);
+    state_->buffers[r] = data;
+    state_->sizes[r] = size;
+    state_->roots[r] = root;
+  }
+
+  [[noreturn]] void fail(collective_errc code, const std::string& what) {
+    int expected = -1;
+    state_->broken.compare_exchange_strong(expected, static_cast<int>(code));
+    state_->barrier.abort();
+    throw collective_error(code, "local collective, rank " + std::to_string(rank_) + ": " + what);
+  }
+
+  void wait(spin_barrier::clock::time_point deadline, const char* op) {
+    switch (state_->barrier.arrive_and_wait(deadline)) {
+      case spin_barrier::result::passed: return;
+      case spin_barrier::result::timed_out:
+        fail(collective_errc::timeout, std::string(op) + " timed out waiting for the other ranks");
+      case spin_barrier::result::aborted: {
+        const int why = state_->broken.load();
+        if (why == static_cast<int>(collective_errc::timeout))
+          throw collective_error(collective_errc::aborted,
+                                 "local collective, rank " + std::to_string(rank_) + ": " + op + " failed: another rank timed out");
+        throw collective_error(collective_errc::aborted,
+                               "local collective, rank " + std::to_string(rank_) + ": " + op + " aborted");
+      }
+    }
+  }
+
+  // Every rank sees the same posted sizes, so all of them detect a mismatch.
+  void check_uniform(std::size_t size, const char* op) {
+    for (int k = 0; k < state_->ranks; ++k) {
+      const auto kk = static_cast<std::size_t>(k);
+      if (state_->sizes[kk] != size || state_->roots[kk] != state_->roots[static_cast<std::size_t>(rank_)])
+        fail(collective_errc::mismatch, std::string(op) + ": rank " + std::to_string(k) + " passed " +
+                                            std::to_string(state_->sizes[kk]) + " floats, rank " + std::to_string(rank_) +
+                                            " passed " + std::to_string(size));
+    }
+  }
+
+  std::shared_ptr<shared_state> state_;
+  int rank_;
+};
+
+class local_group final : public collective_group {
+ public:
+  explicit local_group(int ranks) : state_(std::make_shared<shared_state>(ranks)) {}
+  int size() const noexcept override { return state_->ranks; }
+  std::unique_ptr<collective> endpoint(int rank) override { return std::make_unique<local_endpoint>(state_, rank); }
+  void abort() override {
+    int expected = -1;
+    state_->broken.compare_exchange_strong(expected, static_cast<int>(collective_errc::aborted));
+    state_->barrier.abort();
+  }
+  bool aborted() const noexcept override { return state_->barrier.aborted(); }
+
+ private:
+  std::shared_ptr<shared_state> state_;
+};
+
+}  // namespace
+
+std::shared_ptr<collective_group> make_local_group(int ranks) { return std::make_shared<local_group>(ranks); }
+
+}  // namespace dpactor

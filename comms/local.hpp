@@ -1,0 +1,23 @@
+#pragma once
+// The `local` backend: ranks are threads of one process sharing memory.
+// All-reduce is a fixed-order reduce-scatter plus all-gather straight between
+// the ranks' own buffers: rank r sums chunk r of every buffer in rank order
+// 0..n-1 and the others copy it, so every rank ends with bitwise the same sum
+// (See Note [Bitwise identical replicas]). No sockets, no staging copies.
+
+#include <memory>
+
+#include "comms/collective.hpp"
+
+namespace dpactor {
+
+// Note [Bitwise identical replicas]
+// Replicas stay bitwise identical only if every rank applies the optimizer to
+// bitwise identical gradients. Each element of a reduced buffer is therefore
+// computed once, by one rank, in rank order, and copied to the others; no rank
+// sums in its own order. Backends that cannot promise this (NCCL does, for a
+// fixed communicator and size) must say so.
+
+std::shared_ptr<collective_group> make_local_group(int ranks);
+
+}  // namespace dpactor

@@ -1,0 +1,78 @@
+#include "tensors/cpu_replica.hpp"
+
+#include <algorithm>
+#include <cassert>
+#include <cstring>
+#include <stdexcept>
+
+namespace dpactor {
+
+cpu_replica::cpu_replica(mlp_spec spec, optimizer_config opt, std::size_t micro_batch)
+    : opt_(opt),
+      layout_(make_state_layout(spec, opt)),
+      model_(std::move(spec), micro_batch),
+      state_(layout_.total_size()),
+      grads_(layout_.parameter_size + 1),
+      x_(micro_batch * static_cast<std::size_t>(model_.spec().inputs())),
+      y_(micro_batch) {
+  for (std::size_t s = 0; s < layout_.slots.size(); ++s)
+    slots_.emplace_back(state_.data() + (s + 1) * layout_.parameter_size, layout_.parameter_size);
+}
+
+void cpu_replica::zero_grad() { grads_.fill(0.0f); }
+
+std::size_t cpu_replica::gather(const batch_ref& rows) {
+  const std::size_t n = rows.indices.size();
+  assert(n <= max_rows());
+  assert(rows.feature_count == static_cast<std::size_t>(model_.spec().inputs()));
+  const std::size_t f = rows.feature_count;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t row = rows.indices[i];
+    std::memcpy(x_.data() + i * f, rows.features + row * f, f * sizeof(float));
+    y_[i] = rows.labels[row];
+  }
+  return n;
+}
+
+batch_stats cpu_replica::accumulate(const batch_ref& rows) {
+  const std::size_t n = gather(rows);
+  const batch_stats stats = model_.forward_backward(state_.data(), grads_.data(), x_.data(), y_.data(), n);
+  grads_[layout_.parameter_size] += static_cast<float>(n);
+  return stats;
+}
+
+batch_stats cpu_replica::evaluate(const batch_ref& rows) {
+  const std::size_t n = gather(rows);
+  return model_.evaluate(state_.data(), x_.data(), y_.data(), n);
+}
+
+std::span<float> cpu_replica::reduce_buffer() { return grads_.span(); }
+
+bool cpu_replica::apply_step(double lr) {
+  const float count = grads_[layout_.parameter_size];
+  if (count <= 0.0f) return false;
+  const std::int64_t steps = optimizer_steps();
+  optimizer_step(opt_, state_.span().first(layout_.parameter_size), grads_.span(), slots_, 1.0f / count, lr, steps);
+  write_step_counter(state_.span(), layout_, steps + 1);
+  return true;
+}
+
+std::vector<float> cpu_replica::export_state() const { return {state_.data(), state_.data() + state_.size()}; }
+
+void cpu_replica::import_state(std::span<const float> state) {
+  if (state.size() != state_.size())
+    throw std::invalid_argument("state has " + std::to_string(state.size()) + " floats, the replica " +
+                                std::to_string(state_.size()));
+  std::copy(state.begin(), state.end(), state_.data());
+}
+
+void cpu_replica::copy_parameters(std::span<float> out) const {
+  assert(out.size() >= layout_.parameter_size);
+  std::copy_n(state_.data(), layout_.parameter_size, out.data());
+}
+
+std::uint64_t cpu_replica::parameter_checksum() const {
+  return checksum_floats(state_.span().first(layout_.parameter_size));
+}
+
+}  // namespace dpactor

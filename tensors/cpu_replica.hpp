@@ -1,0 +1,46 @@
+#pragma once
+// The CPU replica: the native MLP over host flat buffers, GEMMs through
+// OpenBLAS on the calling thread.
+
+#include "tensors/aligned_buffer.hpp"
+#include "tensors/replica.hpp"
+
+namespace dpactor {
+
+class cpu_replica final : public replica {
+ public:
+  // `micro_batch`: rows per forward/backward call (the workspace size).
+  cpu_replica(mlp_spec spec, optimizer_config opt, std::size_t micro_batch);
+
+  const mlp_spec& spec() const noexcept override { return model_.spec(); }
+  const state_layout& layout() const noexcept override { return layout_; }
+  std::size_t max_rows() const noexcept override { return model_.max_batch(); }
+
+  void zero_grad() override;
+  batch_stats accumulate(const batch_ref& rows) override;
+  batch_stats evaluate(const batch_ref& rows) override;
+  std::span<float> reduce_buffer() override;
+  bool apply_step(double lr) override;
+
+  std::span<float> state_buffer() override { return state_.span(); }
+  std::int64_t optimizer_steps() const override { return read_step_counter(state_.span(), layout_); }
+  std::vector<float> export_state() const override;
+  void import_state(std::span<const float> state) override;
+  void copy_parameters(std::span<float> out) const override;
+  std::uint64_t parameter_checksum() const override;
+
+ private:
+  // Copies the rows into x_ and y_; returns the row count.
+  std::size_t gather(const batch_ref& rows);
+
+  optimizer_config opt_;
+  state_layout layout_;
+  mlp model_;
+  aligned_buffer<float> state_;  // See Note [Replica state buffer]
+  aligned_buffer<float> grads_;  // gradient sums (parameter layout), then the sample count
+  aligned_buffer<float> x_;      // (micro_batch, inputs)
+  aligned_buffer<std::int32_t> y_;
+  std::vector<std::span<float>> slots_;
+};
+
+}  // namespace dpactor

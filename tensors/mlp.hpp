@@ -1,0 +1,89 @@
+#pragma once
+// The native multi-layer perceptron: Linear, act, Linear, act, ..., Linear.
+// Parameters follow PyTorch's nn.Sequential naming: the k-th Linear is module
+// 2k, so its tensors are "<2k>.weight" with shape [out, in] and "<2k>.bias".
+// Activations are row-major (batch, features).
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "tensors/activation.hpp"
+#include "tensors/aligned_buffer.hpp"
+#include "tensors/flat_buffer.hpp"
+#include "tensors/loss.hpp"
+
+namespace dpactor {
+
+struct mlp_spec {
+  std::vector<int> sizes;  // input, hidden..., output; at least two entries
+  activation hidden_activation = activation::relu;
+  loss_kind loss = loss_kind::cross_entropy;
+
+  int inputs() const noexcept { return sizes.front(); }
+  int outputs() const noexcept { return sizes.back(); }
+  std::size_t layers() const noexcept { return sizes.size() - 1; }
+  // Floating-point operations of one training sample (forward, weight and bias
+  // gradients, input gradients of every layer but the first); see docs/PERFORMANCE.md.
+  double train_flops_per_sample() const noexcept;
+};
+
+// The layout of parameters (and of gradients): per layer weight then bias.
+flat_layout mlp_layout(const mlp_spec& spec);
+
+// Draws parameters like PyTorch's nn.Linear.reset_parameters(): weights from
+// kaiming_uniform(a=sqrt(5)), i.e. U(-1/sqrt(in), 1/sqrt(in)), and biases from
+// U(-1/sqrt(in), 1/sqrt(in)), layer by layer, weight before bias.
+// `params` is laid out by mlp_layout(spec).
+void init_mlp_parameters(const mlp_spec& spec, std::span<float> params, std::uint64_t seed);
+
+struct batch_stats {
+  double loss_sum = 0.0;
+  std::int64_t correct = 0;
+  std::int64_t samples = 0;
+
+  batch_stats& operator+=(const batch_stats& o) noexcept {
+    loss_sum += o.loss_sum;
+    correct += o.correct;
+    samples += o.samples;
+    return *this;
+  }
+};
+
+// Forward and backward passes over micro-batches of at most max_batch rows.
+// Holds only workspaces; parameters and gradients are passed in, laid out by
+// mlp_layout().
+class mlp {
+ public:
+  mlp(mlp_spec spec, std::size_t max_batch);
+
+  const mlp_spec& spec() const noexcept { return spec_; }
+  std::size_t max_batch() const noexcept { return max_batch_; }
+
+  const flat_layout& layout() const noexcept { return layout_; }
+
+  // `params` and `grads` point at buffers laid out by layout().
+  // x(n, in), labels(n). Adds the gradient *sums* over the n samples to grads.
+  batch_stats forward_backward(const float* params, float* grads, const float* x, const std::int32_t* labels,
+                               std::size_t n);
+  // Loss sum and correct count, no gradients.
+  batch_stats evaluate(const float* params, const float* x, const std::int32_t* labels, std::size_t n);
+  // Writes the outputs (n, out) of the last layer (logits) to `out`.
+  void predict(const float* params, const float* x, std::size_t n, float* out);
+
+ private:
+  // Runs the layers on x(n, in); returns the output block (n, out).
+  const float* forward(const float* params, const float* x, std::size_t n);
+  activation layer_activation(std::size_t layer) const noexcept;
+  std::size_t offset(std::size_t tensor) const noexcept { return layout_.tensors()[tensor].offset; }
+
+  mlp_spec spec_;
+  flat_layout layout_;
+  std::size_t max_batch_;
+  std::vector<aligned_buffer<float>> outputs_;  // per layer: act(z), (max_batch, out)
+  std::vector<aligned_buffer<float>> inputs_;   // per layer: z, kept only where backward needs it
+  aligned_buffer<float> grad_a_, grad_b_;       // ping-pong dL/dz blocks (max_batch, widest)
+};
+
+}  // namespace dpactor

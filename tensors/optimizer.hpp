@@ -1,0 +1,44 @@
+#pragma once
+// Optimizers over flat buffers, with PyTorch's update formulas (torch.optim.SGD
+// and torch.optim.AdamW, single-tensor path). Gradients arrive as sums over the
+// global batch; `grad_scale` (1 / global samples) turns them into means inside
+// the same pass.
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dpactor {
+
+enum class optimizer_kind { sgd, adamw };
+
+std::optional<optimizer_kind> parse_optimizer(std::string_view name) noexcept;
+std::string_view optimizer_name(optimizer_kind kind) noexcept;
+
+struct optimizer_config {
+  optimizer_kind kind = optimizer_kind::sgd;
+  double lr = 0.1;
+  double momentum = 0.9;      // SGD
+  double dampening = 0.0;     // SGD
+  bool nesterov = false;      // SGD
+  double weight_decay = 0.0;  // SGD: L2 added to the gradient; AdamW: decoupled
+  double beta1 = 0.9;         // AdamW
+  double beta2 = 0.999;       // AdamW
+  double eps = 1e-8;          // AdamW
+};
+
+// Names of the per-parameter state tensors, as in PyTorch's optimizer
+// state_dict: "momentum_buffer" for SGD with momentum, "exp_avg" and
+// "exp_avg_sq" for AdamW.
+std::vector<std::string> optimizer_slot_names(const optimizer_config& cfg);
+
+// One optimizer step. `slots` holds one span per slot name, each as long as
+// `params`. `step` is the number of steps taken before this one (0 for the
+// first). With `grads` the element i of the gradient is grads[i] * grad_scale.
+void optimizer_step(const optimizer_config& cfg, std::span<float> params, std::span<const float> grads,
+                    std::span<const std::span<float>> slots, float grad_scale, double lr, std::int64_t step) noexcept;
+
+}  // namespace dpactor

@@ -1,0 +1,39 @@
+#include "tensors/replica.hpp"
+
+#include <cstring>
+
+namespace dpactor {
+
+state_layout make_state_layout(const mlp_spec& spec, const optimizer_config& opt) {
+  state_layout s;
+  const flat_layout params = mlp_layout(spec);
+  for (const auto& t : params.tensors()) s.layout.add(t.name, t.shape);
+  s.parameter_tensors = params.tensors().size();
+  s.parameter_size = s.layout.size();
+  s.slots = optimizer_slot_names(opt);
+  for (const auto& slot : s.slots)
+    for (const auto& t : params.tensors()) s.layout.add(t.name + "." + slot, t.shape);
+  return s;
+}
+
+std::int64_t read_step_counter(std::span<const float> state, const state_layout& layout) noexcept {
+  std::int64_t steps = 0;
+  std::memcpy(&steps, state.data() + layout.layout.size(), sizeof steps);
+  return steps;
+}
+
+void write_step_counter(std::span<float> state, const state_layout& layout, std::int64_t steps) noexcept {
+  std::memcpy(state.data() + layout.layout.size(), &steps, sizeof steps);
+}
+
+std::uint64_t checksum_floats(std::span<const float> values) noexcept {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  const auto* bytes = reinterpret_cast<const unsigned char*>(values.data());
+  for (std::size_t i = 0, n = values.size_bytes(); i < n; ++i) {
+    h ^= bytes[i];
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+}  // namespace dpactor

@@ -1,0 +1,90 @@
+#pragma once
+// A model replica: parameters, gradients and optimizer state of one device.
+// The CPU replica implements it here; the CUDA replica (cuda/) implements the
+// same interface with device memory, so the device actor drives either.
+//
+// Note [Replica state buffer]
+// A replica's whole training state is one flat buffer: the parameters, then
+// each optimizer slot with the same layout as the parameters, then a small tail
+// holding the optimizer step counter. Broadcasting that one buffer from the
+// state source makes a newcomer identical to the others in one collective
+// call, and checkpoints are cut out of it by tensor name.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tensors/flat_buffer.hpp"
+#include "tensors/mlp.hpp"
+#include "tensors/optimizer.hpp"
+
+namespace dpactor {
+
+// Rows of a dataset: features (rows, feature_count) and labels, addressed by
+// sample index. The replica gathers the rows it is given.
+struct batch_ref {
+  const float* features = nullptr;
+  std::size_t feature_count = 0;
+  const std::int32_t* labels = nullptr;
+  std::span<const std::uint32_t> indices;
+};
+
+// See Note [Replica state buffer].
+struct state_layout {
+  flat_layout layout;               // parameters, then slot tensors "<param>.<slot>"
+  std::size_t parameter_tensors = 0;
+  std::size_t parameter_size = 0;   // floats of the parameter section, padding included
+  std::vector<std::string> slots;   // optimizer slot names
+
+  // Floats after the layout holding the step counter.
+  static constexpr std::size_t tail_floats = 16;
+  std::size_t total_size() const noexcept { return layout.size() + tail_floats; }
+};
+
+state_layout make_state_layout(const mlp_spec& spec, const optimizer_config& opt);
+
+// Reads and writes the step counter kept in the tail of a state buffer.
+std::int64_t read_step_counter(std::span<const float> state, const state_layout& layout) noexcept;
+void write_step_counter(std::span<float> state, const state_layout& layout, std::int64_t steps) noexcept;
+
+class replica {
+ public:
+  virtual ~replica() = default;
+
+  virtual const mlp_spec& spec() const noexcept = 0;
+  virtual const state_layout& layout() const noexcept = 0;
+  // Largest number of rows accumulate() and evaluate() take in one call.
+  virtual std::size_t max_rows() const noexcept = 0;
+
+  // Zeroes the gradient sums and the sample count.
+  virtual void zero_grad() = 0;
+  // Forward and backward over at most max_rows() rows; adds the gradient sums
+  // and the row count to the reduce buffer.
+  virtual batch_stats accumulate(const batch_ref& rows) = 0;
+  virtual batch_stats evaluate(const batch_ref& rows) = 0;
+
+  // What the collective sums: the gradient sums, then the sample count.
+  virtual std::span<float> reduce_buffer() = 0;
+  // Optimizer step with the reduced gradients divided by the reduced sample
+  // count; increments the step counter. Returns false (and changes nothing)
+  // when the reduced count is zero.
+  virtual bool apply_step(double lr) = 0;
+
+  // See Note [Replica state buffer]. For the CPU replica the span is host
+  // memory; for a GPU replica it is device memory.
+  virtual std::span<float> state_buffer() = 0;
+  virtual std::int64_t optimizer_steps() const = 0;
+  // Host copies, in the state layout (total_size() floats).
+  virtual std::vector<float> export_state() const = 0;
+  virtual void import_state(std::span<const float> state) = 0;
+  // Copies the parameter section only (layout().parameter_size floats).
+  virtual void copy_parameters(std::span<float> out) const = 0;
+  // FNV-1a over the parameter bytes: equal replicas have equal checksums.
+  virtual std::uint64_t parameter_checksum() const = 0;
+};
+
+std::uint64_t checksum_floats(std::span<const float> values) noexcept;
+
+}  // namespace dpactor

@@ -1,6 +1,7 @@
 #include "actors/config_file.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -37,17 +38,24 @@ std::string type_name(const toml::node& node) {
   }
 }
 
+// A TOML basic string: double quotes, backslash escapes.
 std::string quote(const std::string& s) {
-  std::ostringstream out;
-  out << toml::value<std::string>(s);
-  return out.str();
+  std::string out = "\"";
+  for (const char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
 }
 
-template <class T>
-std::string number_text(T v) {
-  std::ostringstream out;
-  out << toml::value<T>(v);
-  return out.str();
+// Shortest text that reads back as the same double, always with a '.' or an
+// exponent so that TOML reads it as a float.
+std::string number_text(double v) {
+  char buf[32];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  std::string out(buf, end);
+  if (out.find_first_of(".eEn") == std::string::npos) out += ".0";
+  return out;
 }
 
 // One key of the schema: how to read it into a job_config, and how to print it.

@@ -272,13 +272,20 @@ parameter_snapshot Engine::snapshot(std::chrono::milliseconds timeout) {
   parameter_snapshot snap;
   std::string failure;
   caf::scoped_actor self{*m.system};
-  self->request(m.reducer, timeout, params_atom::value)
-      .receive(
-          [&](params_reply& reply) {
-            snap.step = reply.step;
-            snap.values = std::move(reply.values);
-          },
-          [&](caf::error& err) { failure = m.system->render(err); });
+  caf::actor source;
+  self->request(m.reducer, timeout, source_atom::value)
+      .receive([&](caf::actor& a) { source = std::move(a); }, [&](caf::error& err) { failure = m.system->render(err); });
+  if (source) {
+    // High priority: answered at the member's next step boundary, ahead of
+    // the shards already queued for it.
+    self->request<caf::message_priority::high>(source, timeout, params_atom::value)
+        .receive(
+            [&](params_reply& reply) {
+              snap.step = reply.step;
+              snap.values = std::move(reply.values);
+            },
+            [&](caf::error& err) { failure = m.system->render(err); });
+  }
   if (!failure.empty()) throw std::runtime_error("Engine::snapshot failed: " + failure);
   flat_layout params;
   for (std::size_t i = 0; i < m.layout.parameter_tensors; ++i) {

@@ -29,6 +29,8 @@ namespace dpactor {
 using stop_atom = caf::atom_constant<caf::atom("stop")>;
 using params_atom = caf::atom_constant<caf::atom("params")>;
 using start_atom = caf::atom_constant<caf::atom("start")>;
+// Asks the reducer which member to read parameters from (the first one).
+using source_atom = caf::atom_constant<caf::atom("source")>;
 
 // A generation's collective group. Across processes only the descriptor fields
 // travel (the backend and, for NCCL or Gloo, the rendezvous id); in-process the

@@ -229,10 +229,12 @@ caf::behavior reducer_actor(caf::stateful_actor<reducer_state>* self, reducer_se
         st.stop_requested = true;
         self->send(st.setup.loader, stop_atom::value);
       },
-      [self](params_atom) -> caf::result<caf::message> {
+      [self](source_atom) -> caf::result<caf::actor> {
+        // Not a delegate: CAF 0.17 drops the request id of a high-priority
+        // delegate, so the engine asks the member itself.
         auto& st = self->state;
-        if (st.plan.members.empty()) return caf::make_error(caf::sec::invalid_argument, "no members");
-        return self->delegate<caf::message_priority::high>(st.plan.members.front(), params_atom::value);
+        if (st.plan.members.empty()) return caf::make_error(caf::sec::invalid_argument, "the generation has no members");
+        return st.plan.members.front();
       },
   };
 }

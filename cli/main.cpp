@@ -104,7 +104,7 @@ int run(int argc, char** argv, cli::signal_watch& signals) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  cli::signal_watch signals;  // first: blocks the signals for every thread started later
+  cli::signal_watch signals;
   try {
     return run(argc, argv, signals);
   } catch (const dpactor::error& e) {

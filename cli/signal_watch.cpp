@@ -1,36 +1,43 @@
 #include "cli/signal_watch.hpp"
 
-#include <pthread.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <stdexcept>
 #include <thread>
 
 namespace dpactor::cli {
 namespace {
 
-sigset_t watched() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  return set;
+int pipe_fds[2] = {-1, -1};
+
+extern "C" void on_signal(int sig) {
+  const int saved = errno;
+  const auto byte = static_cast<unsigned char>(sig);
+  (void)!::write(pipe_fds[1], &byte, 1);
+  errno = saved;
 }
 
 }  // namespace
 
-signal_watch::signal_watch() {
-  const sigset_t set = watched();
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-}
-
 void signal_watch::start(std::function<void(int)> on_first) {
+  if (::pipe2(pipe_fds, O_CLOEXEC) != 0) throw std::runtime_error("cannot create the signal pipe");
+  struct sigaction action {};
+  action.sa_handler = on_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  ::sigaction(SIGINT, &action, nullptr);
+  ::sigaction(SIGTERM, &action, nullptr);
   std::thread([this, on_first = std::move(on_first)] {
-    const sigset_t set = watched();
     for (;;) {
-      int sig = 0;
-      if (sigwait(&set, &sig) != 0) continue;
+      unsigned char byte = 0;
+      const ssize_t n = ::read(pipe_fds[0], &byte, 1);
+      if (n < 0 && errno == EINTR) continue;
+      if (n != 1) return;
+      const int sig = byte;
       if (received_.exchange(sig) == 0) {
         on_first(sig);
       } else {

@@ -1,6 +1,9 @@
 #pragma once
-// SIGINT and SIGTERM, handled on a thread of their own (sigwait) rather than
-// in a signal handler, so that reacting may take locks and send messages.
+// SIGINT and SIGTERM. The handler only writes the signal number to a pipe
+// (async-signal-safe); a thread of its own reads the pipe and reacts, so the
+// reaction may take locks and send messages. A handler rather than a blocked
+// mask, because libraries (OpenBLAS) start threads before main that would
+// otherwise take the signal's default action.
 // The first signal asks for a graceful stop; a second one ends the process.
 
 #include <atomic>
@@ -10,10 +13,7 @@ namespace dpactor::cli {
 
 class signal_watch {
  public:
-  // Blocks SIGINT and SIGTERM in the calling thread and every thread it starts
-  // later: construct it first thing in main.
-  signal_watch();
-  // Starts the watching thread; `on_first` runs on it for the first signal.
+  // Installs the handlers; `on_first` runs on the watching thread.
   void start(std::function<void(int)> on_first);
   int received() const noexcept { return received_.load(); }
 

@@ -42,7 +42,8 @@ class local_endpoint final : public collective {
     check_uniform(data.size(), "all_reduce");
     const int n = state_->ranks;
     auto chunk = [&](int r) {
-      const std::size_t per = (data.size() / static_cast<std::size_t>(n) + chunk_alignment - 1) / chunk_alignment * chunk_alignment;
+      const std::size_t share = (data.size() + static_cast<std::size_t>(n) - 1) / static_cast<std::size_t>(n);
+      const std::size_t per = (share + chunk_alignment - 1) / chunk_alignment * chunk_alignment;
       const std::size_t begin = std::min(data.size(), per * static_cast<std::size_t>(r));
       return std::pair{begin, std::min(data.size(), begin + per)};
     };

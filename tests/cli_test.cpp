@@ -1,0 +1,227 @@
+// The dpactor program as a user meets it: bad input of every kind gets a clear
+// message and its documented exit code, leaves no checkpoint behind; SIGINT
+// mid-epoch writes a checkpoint from which a resumed run completes.
+
+#include <gtest/gtest.h>
+
+#include <zlib.h>
+
+#include <csignal>
+#include <thread>
+
+#include "tensors/safetensors.hpp"
+#include "tests/test_support.hpp"
+
+namespace dpactor {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::scratch_dir;
+
+std::string idx_bytes(std::uint8_t type, const std::vector<std::uint32_t>& dims, const std::vector<std::uint8_t>& values) {
+  std::string out{'\0', '\0', static_cast<char>(type), static_cast<char>(dims.size())};
+  for (auto d : dims)
+    for (int s = 24; s >= 0; s -= 8) out += static_cast<char>((d >> s) & 0xFF);
+  out.append(values.begin(), values.end());
+  return out;
+}
+
+// A scratch directory with a valid tiny IDX dataset (8 features, 3 classes)
+// and a config `job.cfg` that trains on it.
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::vector<std::uint8_t> pixels(40 * 8), labels(40);
+    for (std::size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<std::uint8_t>(i * 13);
+    for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::uint8_t>(i % 3);
+    testing::write_text(dir / "images.idx", idx_bytes(0x08, {40, 8}, pixels));
+    testing::write_text(dir / "labels.idx", idx_bytes(0x08, {40}, labels));
+    write_config("");
+  }
+
+  void write_config(const std::string& extra, const std::string& data = "") {
+    const std::string images = (dir / "images.idx").string(), labels = (dir / "labels.idx").string();
+    const std::string data_section = data.empty() ? "train_images = \"" + images + "\"\ntrain_labels = \"" + labels +
+                                                        "\"\ntest_images = \"" + images + "\"\ntest_labels = \"" + labels + "\"\n"
+                                                  : data;
+    testing::write_text(dir / "job.cfg", "[model]\nlayers = [8, 6, 3]\n[data]\n" + data_section +
+                                             "[train]\nepochs = 2\nbatch_size = 8\n" + extra);
+  }
+
+  // Runs dpactor and checks the exit code and a fragment of its output, and
+  // that no checkpoint was left behind.
+  void expect_failure(const std::vector<std::string>& args, int code, const std::string& fragment) {
+    const testing::process_result r = testing::run_cli(args, dir.path());
+    EXPECT_EQ(r.exit_code, code) << r.output;
+    EXPECT_NE(r.output.find(fragment), std::string::npos) << "expected \"" << fragment << "\" in:\n" << r.output;
+    EXPECT_FALSE(fs::exists(dir / "checkpoints")) << "a failed start left a checkpoint directory";
+  }
+
+  scratch_dir dir;
+};
+
+TEST_F(Cli, TrainsTheSmallJobAndWritesMetrics) {
+  const auto r = testing::run_cli({"--gpus", "all", "--model", "job.cfg", "--cpus", "2", "--metrics", "m.jsonl"}, dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("test accuracy"), std::string::npos) << r.output;
+  const std::string warning = "no usable GPU";
+  const auto first = r.output.find(warning);
+  EXPECT_NE(first, std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find(warning, first + 1), std::string::npos) << "one warning line";
+  const std::string metrics = testing::read_text(dir / "m.jsonl");
+  EXPECT_NE(metrics.find(R"("event":"membership")"), std::string::npos);
+  EXPECT_NE(metrics.find(R"("event":"epoch")"), std::string::npos);
+  const std::string last = metrics.substr(metrics.rfind("{\"event\""));
+  for (const char* key : {"\"event\":\"summary\"", "\"test_accuracy\"", "\"test_loss\"", "\"samples_per_s\"", "\"wall_s\"",
+                          "\"steps\":10", "\"epochs\":2"})
+    EXPECT_NE(last.find(key), std::string::npos) << key << " missing from the summary record: " << last;
+  EXPECT_EQ(testing::read_text(dir / "checkpoints" / "latest"), "step-00000010\n") << "a checkpoint at the end";
+}
+
+TEST_F(Cli, HelpAndVersionExitZero) {
+  EXPECT_EQ(testing::run_cli({"--help"}, dir.path()).exit_code, 0);
+  const auto v = testing::run_cli({"--version"}, dir.path());
+  EXPECT_EQ(v.exit_code, 0);
+  EXPECT_NE(v.output.find("dpactor 0."), std::string::npos);
+}
+
+TEST_F(Cli, UsageErrorsExitTwo) {
+  expect_failure({"--model"}, 2, "--model");
+  expect_failure({"--model", "job.cfg", "--frobnicate"}, 2, "frobnicate");
+  expect_failure({"--model", "job.cfg", "--gpus", "many"}, 2, "--gpus many");
+  expect_failure({"--model", "missing.cfg"}, 2, "missing.cfg: config file not found");
+}
+
+TEST_F(Cli, MalformedToml) {
+  write_config("epochs = = 3\n");
+  expect_failure({"--model", "job.cfg"}, 2, "job.cfg:11:10: malformed TOML");
+}
+
+TEST_F(Cli, UnknownKey) {
+  write_config("learning_rate = 0.1\n");
+  expect_failure({"--model", "job.cfg"}, 2, "job.cfg:11:17: train.learning_rate: unknown key");
+}
+
+TEST_F(Cli, WrongType) {
+  write_config("seed = \"forty-two\"\n");
+  expect_failure({"--model", "job.cfg"}, 2, "job.cfg:11:8: train.seed: expected an integer, found a string");
+}
+
+TEST_F(Cli, NegativeLearningRate) {
+  expect_failure({"--model", "job.cfg", "--set", "optimizer.lr=-0.5"}, 2,
+                 "optimizer.lr: value -0.5 is out of range: must be > 0.0");
+}
+
+TEST_F(Cli, MissingDataFile) {
+  write_config("", "train_images = \"nowhere.idx\"\n");
+  expect_failure({"--model", "job.cfg"}, 3, "nowhere.idx: no such file");
+}
+
+TEST_F(Cli, IdxWithWrongMagic) {
+  testing::write_text(dir / "images.idx", std::string("\x00\x00\x07\x02", 4) + std::string(64, '\x01'));
+  expect_failure({"--model", "job.cfg"}, 3, "images.idx: bad magic number 0x00000702");
+}
+
+TEST_F(Cli, TruncatedIdxGz) {
+  std::vector<std::uint8_t> pixels(4000 * 8);
+  for (std::size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<std::uint8_t>(i * 31 + i / 7);
+  const std::string raw = idx_bytes(0x08, {4000, 8}, pixels);
+  gzFile f = gzopen((dir / "big.idx.gz").c_str(), "wb");
+  gzwrite(f, raw.data(), static_cast<unsigned>(raw.size()));
+  gzclose(f);
+  const std::string gz = testing::read_text(dir / "big.idx.gz");
+  testing::write_text(dir / "big.idx.gz", gz.substr(0, gz.size() * 2 / 3));
+  write_config("", "train_images = \"big.idx.gz\"\n");
+  expect_failure({"--model", "job.cfg"}, 3, "big.idx.gz: truncated");
+}
+
+TEST_F(Cli, CsvWithARaggedRow) {
+  testing::write_text(dir / "train.csv", "0,1,2,3,4,5,6,7,8\n1,1,2,3,4,5,6,7\n");
+  write_config("", "format = \"csv\"\ntrain_file = \"train.csv\"\ntest_file = \"train.csv\"\n");
+  expect_failure({"--model", "job.cfg"}, 3, "train.csv:2: ragged row: 8 fields, expected 9");
+}
+
+TEST_F(Cli, LabelBeyondTheClasses) {
+  std::vector<std::uint8_t> labels(40, 1);
+  labels[17] = 3;  // the model has 3 classes: 0..2
+  testing::write_text(dir / "labels.idx", idx_bytes(0x08, {40}, labels));
+  expect_failure({"--model", "job.cfg"}, 3, "labels.idx: label 3 of sample 17 is out of range: the model has 3 classes");
+}
+
+TEST_F(Cli, ModelInputDifferentFromTheData) {
+  expect_failure({"--model", "job.cfg", "--set", "model.layers=[9, 6, 3]"}, 3,
+                 "samples have 8 features but the model's input layer (model.layers[0]) has 9");
+}
+
+TEST_F(Cli, ResumeOfAMissingCheckpoint) {
+  expect_failure({"--model", "job.cfg", "--resume", "no-such-dir"}, 4, "no-such-dir: no such checkpoint");
+}
+
+// Trains once into `ckpt`, then returns the checkpoint directory written.
+fs::path train_once(const fs::path& dir) {
+  const auto r = testing::run_cli({"--model", "job.cfg", "--checkpoint-dir", "ckpt"}, dir);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return dir / "ckpt" / "step-00000010";
+}
+
+TEST_F(Cli, ResumeOfATruncatedCheckpoint) {
+  const fs::path ckpt = train_once(dir.path());
+  const std::string bytes = testing::read_text(ckpt / "model.safetensors");
+  testing::write_text(ckpt / "model.safetensors", bytes.substr(0, bytes.size() - 7));
+  expect_failure({"--model", "job.cfg", "--resume", "ckpt"}, 4, "model.safetensors: not a valid safetensors file");
+  EXPECT_EQ(testing::read_text(dir / "ckpt" / "latest"), "step-00000010\n") << "the bad checkpoint is left as it was";
+}
+
+TEST_F(Cli, ResumeOfACheckpointWithABadHeader) {
+  const fs::path ckpt = train_once(dir.path());
+  std::string bytes = testing::read_text(ckpt / "optimizer.safetensors");
+  bytes.replace(8, 1, "x");
+  testing::write_text(ckpt / "optimizer.safetensors", bytes);
+  expect_failure({"--model", "job.cfg", "--resume", ckpt.string()}, 4, "optimizer.safetensors: not a valid safetensors file");
+}
+
+TEST_F(Cli, InitFromWeightsOfTheWrongShape) {
+  const std::vector<float> w(6 * 9, 0.5f);
+  save_safetensors(dir / "w.safetensors", {{"0.weight", {6, 9}, w}}, {});
+  expect_failure({"--model", "job.cfg", "--init-from", "w.safetensors"}, 4,
+                 "w.safetensors: tensor \"0.weight\" has shape [6, 9], the model needs [6, 8]");
+}
+
+TEST_F(Cli, SigintMidEpochCheckpointsAndTheResumedRunCompletes) {
+  // Long enough that the signal lands mid-epoch: 200 epochs of 5 steps.
+  testing::cli_process child(
+      {"--model", "job.cfg", "--cpus", "2", "--epochs", "200", "--set", "train.log_every=1", "--metrics", "m.jsonl"},
+      dir.path());
+  // Wait until training is under way (a step record exists), then interrupt.
+  while (testing::read_text(dir / "m.jsonl").find("\"event\":\"step\",\"step\":7") == std::string::npos) {
+    ASSERT_EQ(child.output_so_far().find("error"), std::string::npos) << child.output_so_far();
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  child.signal(SIGINT);
+  const auto stopped = child.wait();
+  EXPECT_EQ(stopped.exit_code, 130) << stopped.output;
+  EXPECT_NE(stopped.output.find("SIGINT"), std::string::npos) << stopped.output;
+  EXPECT_NE(stopped.output.find("resume with --resume checkpoints/step-"), std::string::npos) << stopped.output;
+  ASSERT_TRUE(fs::exists(dir / "checkpoints" / "latest"));
+  const std::string latest = testing::read_text(dir / "checkpoints" / "latest");
+  const auto resumed = testing::run_cli({"--model", "job.cfg", "--cpus", "2", "--epochs", "200", "--resume", "checkpoints"}, dir.path());
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("(1000 steps, 200 epochs)"), std::string::npos) << resumed.output;
+  EXPECT_NE(testing::read_text(dir / "checkpoints" / "latest"), latest);
+}
+
+TEST_F(Cli, SigtermExits143) {
+  testing::cli_process child({"--model", "job.cfg", "--epochs", "100000", "--set", "train.log_every=1", "--metrics", "m.jsonl"},
+                             dir.path());
+  while (testing::read_text(dir / "m.jsonl").find("\"event\":\"step\"") == std::string::npos) {
+    ASSERT_EQ(child.output_so_far().find("error"), std::string::npos) << child.output_so_far();
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  child.signal(SIGTERM);
+  const auto r = child.wait();
+  EXPECT_EQ(r.exit_code, 143) << r.output;
+  EXPECT_TRUE(fs::exists(dir / "checkpoints" / "latest"));
+}
+
+}  // namespace
+}  // namespace dpactor

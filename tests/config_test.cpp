@@ -1,0 +1,144 @@
+// Config files: the schema's checks and their messages (file:line:column and
+// the key), --set overrides, and the documentation of every key.
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "actors/config_file.hpp"
+#include "tensors/error.hpp"
+#include "tests/test_support.hpp"
+
+namespace dpactor {
+namespace {
+
+std::string error_of(const std::string& text, const std::vector<std::string>& sets = {}) {
+  try {
+    parse_job_config(text, "job.cfg", sets);
+  } catch (const config_error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(Config, DefaultJobFileParses) {
+  const job_config c = load_job_config(std::string(DPACTOR_SOURCE_DIR) + "/configs/mlp.cfg");
+  EXPECT_EQ(c.model.sizes, (std::vector<int>{784, 256, 128, 10}));
+  EXPECT_EQ(c.model.hidden_activation, activation::relu);
+  EXPECT_EQ(c.optimizer.kind, optimizer_kind::sgd);
+  EXPECT_GE(c.train.epochs, 1);
+}
+
+TEST(Config, ReadsEveryKindOfValue) {
+  const job_config c = parse_job_config(R"(
+[model]
+layers = [10, 20, 3]
+activation = "gelu"
+loss = "mse"
+[optimizer]
+name = "adamw"
+lr = 3e-4
+nesterov = false
+[train]
+epochs = 3
+shuffle = false
+[cluster]
+collective_timeout_s = 5
+)",
+                                        "job.cfg");
+  EXPECT_EQ(c.model.sizes, (std::vector<int>{10, 20, 3}));
+  EXPECT_EQ(c.model.hidden_activation, activation::gelu);
+  EXPECT_EQ(c.model.loss, loss_kind::mse);
+  EXPECT_EQ(c.optimizer.kind, optimizer_kind::adamw);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 3e-4);
+  EXPECT_EQ(c.train.epochs, 3);
+  EXPECT_FALSE(c.train.shuffle);
+  EXPECT_DOUBLE_EQ(c.cluster.collective_timeout_s, 5.0) << "an integer is accepted for a float key";
+}
+
+TEST(Config, MalformedTomlNamesLineAndColumn) {
+  const std::string msg = error_of("[train]\nepochs = = 3\n");
+  EXPECT_NE(msg.find("job.cfg:2:"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("malformed TOML"), std::string::npos) << msg;
+}
+
+TEST(Config, UnknownKeyIsNamedWithASuggestion) {
+  const std::string msg = error_of("[train]\nepochs = 3\nepoch = 4\n");
+  EXPECT_NE(msg.find("job.cfg:3:9: train.epoch: unknown key (did you mean 'train.epochs'?)"), std::string::npos) << msg;
+}
+
+TEST(Config, UnknownSectionIsNamed) {
+  const std::string msg = error_of("[trian]\nepochs = 3\n");
+  EXPECT_NE(msg.find("job.cfg:1:1: trian: unknown section [trian]"), std::string::npos) << msg;
+}
+
+TEST(Config, WrongTypeIsNamed) {
+  const std::string msg = error_of("[train]\nepochs = \"ten\"\n");
+  EXPECT_NE(msg.find("job.cfg:2:10: train.epochs: expected an integer, found a string"), std::string::npos) << msg;
+}
+
+TEST(Config, NegativeLearningRateIsOutOfRange) {
+  const std::string msg = error_of("[optimizer]\nlr = -0.1\n");
+  EXPECT_NE(msg.find("job.cfg:2:6: optimizer.lr: value -0.1 is out of range: must be > 0.0"), std::string::npos) << msg;
+}
+
+TEST(Config, UnknownChoiceListsTheChoices) {
+  const std::string msg = error_of("[optimizer]\nname = \"adam\"\n");
+  EXPECT_NE(msg.find("optimizer.name: unknown value \"adam\": expected one of \"sgd\", \"adamw\""), std::string::npos) << msg;
+}
+
+TEST(Config, LayerEntriesAreChecked) {
+  EXPECT_NE(error_of("[model]\nlayers = [10]\n").find("needs at least two entries"), std::string::npos);
+  EXPECT_NE(error_of("[model]\nlayers = [10, 0, 2]\n").find("model.layers[1]: value 0 is out of range"), std::string::npos);
+}
+
+TEST(Config, CrossKeyRulesAreChecked) {
+  const std::string msg = error_of("[optimizer]\nmomentum = 0.0\nnesterov = true\n");
+  EXPECT_NE(msg.find("optimizer.nesterov = true needs optimizer.momentum > 0"), std::string::npos) << msg;
+}
+
+TEST(Config, SetOverridesApplyWithTheSameChecks) {
+  const job_config c = parse_job_config("[train]\nepochs = 3\n", "job.cfg",
+                                        {"train.epochs=7", "optimizer.name=adamw", "model.layers=[4, 8, 2]"});
+  EXPECT_EQ(c.train.epochs, 7);
+  EXPECT_EQ(c.optimizer.kind, optimizer_kind::adamw) << "a bare word is a string";
+  EXPECT_EQ(c.model.sizes, (std::vector<int>{4, 8, 2}));
+  EXPECT_NE(error_of("", {"train.epochs=abc"}).find("--set train.epochs=abc: train.epochs: expected an integer"),
+            std::string::npos);
+  EXPECT_NE(error_of("", {"train.nope=1"}).find("train.nope: unknown key"), std::string::npos);
+  EXPECT_NE(error_of("", {"epochs=1"}).find("expected section.key=value"), std::string::npos);
+}
+
+TEST(Config, MissingFileIsNamed) {
+  try {
+    load_job_config("/nonexistent/job.cfg");
+    FAIL();
+  } catch (const config_error& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/job.cfg: config file not found"), std::string::npos);
+  }
+}
+
+TEST(Config, DumpParsesBackToTheSameConfig) {
+  job_config c = parse_job_config("[train]\nepochs = 4\n[optimizer]\nlr = 0.0123\n", "job.cfg");
+  const job_config back = parse_job_config(dump_job_config(c), "dump");
+  EXPECT_EQ(dump_job_config(back), dump_job_config(c));
+  EXPECT_DOUBLE_EQ(back.optimizer.lr, 0.0123);
+}
+
+TEST(Config, DocsListEveryKeyWithItsDefault) {
+  std::ifstream in(std::string(DPACTOR_SOURCE_DIR) + "/docs/config.md");
+  ASSERT_TRUE(in) << "docs/config.md is missing";
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  for (const auto& key : config_keys()) {
+    const std::string name = "`" + key.name + "`";
+    const auto it = std::find_if(lines.begin(), lines.end(), [&](const std::string& l) { return l.find(name) != std::string::npos; });
+    ASSERT_NE(it, lines.end()) << key.name << " is not documented in docs/config.md";
+    EXPECT_NE(it->find("`" + key.default_value + "`"), std::string::npos)
+        << key.name << ": docs/config.md should give its default `" << key.default_value << "` on the line: " << *it;
+  }
+}
+
+}  // namespace
+}  // namespace dpactor

@@ -1,0 +1,193 @@
+// Data readers: IDX (plain and gzip), CSV, synthetic, scaling, and the errors
+// a user sees for bad files (each names the file and the problem).
+
+#include <gtest/gtest.h>
+
+#include <zlib.h>
+
+#include <string>
+#include <vector>
+
+#include "data/csv_reader.hpp"
+#include "data/idx_reader.hpp"
+#include "data/loading.hpp"
+#include "data/synthetic.hpp"
+#include "tensors/error.hpp"
+#include "tests/test_support.hpp"
+
+namespace dpactor {
+namespace {
+
+using testing::scratch_dir;
+
+std::string idx_bytes(std::uint8_t type, const std::vector<std::uint32_t>& dims, const std::vector<std::uint8_t>& values) {
+  std::string out{'\0', '\0', static_cast<char>(type), static_cast<char>(dims.size())};
+  for (auto d : dims)
+    for (int s = 24; s >= 0; s -= 8) out += static_cast<char>((d >> s) & 0xFF);
+  out.append(values.begin(), values.end());
+  return out;
+}
+
+void write_gz(const std::filesystem::path& path, const std::string& bytes) {
+  gzFile f = gzopen(path.c_str(), "wb");
+  gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size()));
+  gzclose(f);
+}
+
+template <class F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const data_error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(Idx, ReadsPlainAndGzipFilesAlike) {
+  scratch_dir dir;
+  const std::vector<std::uint8_t> pixels{0, 1, 2, 3, 4, 5, 250, 251, 252, 253, 254, 255};
+  const std::string bytes = idx_bytes(0x08, {2, 2, 3}, pixels);
+  testing::write_text(dir / "plain.idx", bytes);
+  write_gz(dir / "zipped.idx.gz", bytes);
+  for (const char* name : {"plain.idx", "zipped.idx.gz"}) {
+    const idx_array a = read_idx(dir / name);
+    EXPECT_EQ(a.dims, (std::vector<std::uint32_t>{2, 2, 3})) << name;
+    ASSERT_EQ(a.values.size(), 12u);
+    EXPECT_EQ(a.values[11], 255.0f);
+  }
+}
+
+TEST(Idx, ReadsTheInstalledFashionMnist) {
+  const std::string root = "/usr/share/datasets/fashion-mnist/";
+  if (!std::filesystem::exists(root + "t10k-labels-idx1-ubyte.gz"))
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed (scripts/setup installs it)";
+  const idx_array labels = read_idx(root + "t10k-labels-idx1-ubyte.gz");
+  EXPECT_EQ(labels.dims, std::vector<std::uint32_t>{10000});
+  const idx_array images = read_idx(root + "t10k-images-idx3-ubyte.gz");
+  EXPECT_EQ(images.dims, (std::vector<std::uint32_t>{10000, 28, 28}));
+}
+
+TEST(Idx, WrongMagicIsNamed) {
+  scratch_dir dir;
+  testing::write_text(dir / "bad.idx", "\x12\x34\x56\x78" + std::string(16, '\0'));
+  const std::string msg = error_of([&] { read_idx(dir / "bad.idx"); });
+  EXPECT_NE(msg.find("bad.idx"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("bad magic number 0x12345678"), std::string::npos) << msg;
+}
+
+TEST(Idx, TruncatedGzipIsNamed) {
+  scratch_dir dir;
+  std::vector<std::uint8_t> pixels(4000);
+  for (std::size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<std::uint8_t>(i * 7);
+  write_gz(dir / "full.gz", idx_bytes(0x08, {10, 400}, pixels));
+  const std::string gz = testing::read_text(dir / "full.gz");
+  testing::write_text(dir / "cut.gz", gz.substr(0, gz.size() / 2));
+  const std::string msg = error_of([&] { read_idx(dir / "cut.gz"); });
+  EXPECT_NE(msg.find("cut.gz"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
+}
+
+TEST(Idx, MissingFileIsNamed) {
+  const std::string msg = error_of([] { read_idx("/nonexistent/train.idx"); });
+  EXPECT_NE(msg.find("/nonexistent/train.idx: no such file"), std::string::npos) << msg;
+}
+
+TEST(Csv, ReadsLabelAndFeaturesWithHeader) {
+  scratch_dir dir;
+  testing::write_text(dir / "d.csv", "label,a,b\n1, 0.5, 2\n0,-1,3e2\r\n\n2,0,0\n");
+  const dataset d = read_csv(dir / "d.csv", {true, 0, 3});
+  EXPECT_EQ(d.rows, 3u);
+  EXPECT_EQ(d.feature_count, 2u);
+  EXPECT_EQ(d.labels[1], 0);
+  EXPECT_EQ(d.features[3], 300.0f);
+}
+
+TEST(Csv, LabelColumnCanBeLast) {
+  scratch_dir dir;
+  testing::write_text(dir / "d.csv", "0.5,2,1\n-1,3,0\n");
+  const dataset d = read_csv(dir / "d.csv", {false, -1, 2});
+  EXPECT_EQ(d.labels[0], 1);
+  EXPECT_EQ(d.features[0], 0.5f);
+}
+
+TEST(Csv, RaggedRowNamesFileAndLine) {
+  scratch_dir dir;
+  testing::write_text(dir / "r.csv", "1,2,3\n0,1\n");
+  const std::string msg = error_of([&] { read_csv(dir / "r.csv", {false, 0, 3}); });
+  EXPECT_NE(msg.find("r.csv:2: ragged row: 2 fields, expected 3"), std::string::npos) << msg;
+}
+
+TEST(Csv, NonNumberNamesLineAndField) {
+  scratch_dir dir;
+  testing::write_text(dir / "n.csv", "1,2,3\n0,x,1\n");
+  const std::string msg = error_of([&] { read_csv(dir / "n.csv", {false, 0, 3}); });
+  EXPECT_NE(msg.find("n.csv:2: field 2: 'x' is not a finite number"), std::string::npos) << msg;
+}
+
+TEST(Csv, LabelOutOfRangeIsNamed) {
+  scratch_dir dir;
+  testing::write_text(dir / "l.csv", "1,2\n7,1\n");
+  const std::string msg = error_of([&] { read_csv(dir / "l.csv", {false, 0, 3}); });
+  EXPECT_NE(msg.find("label 7 of sample 1 is out of range: the model has 3 classes"), std::string::npos) << msg;
+}
+
+TEST(Loading, IdxLabelBeyondTheModelsClassesIsNamed) {
+  scratch_dir dir;
+  testing::write_text(dir / "img.idx", idx_bytes(0x08, {2, 4}, {1, 2, 3, 4, 5, 6, 7, 8}));
+  testing::write_text(dir / "lab.idx", idx_bytes(0x08, {2}, {1, 12}));
+  data_config c;
+  c.train_images = c.test_images = (dir / "img.idx").string();
+  c.train_labels = c.test_labels = (dir / "lab.idx").string();
+  const std::string msg = error_of([&] { load_data(c, 4, 10); });
+  EXPECT_NE(msg.find("lab.idx: label 12 of sample 1 is out of range: the model has 10 classes"), std::string::npos) << msg;
+}
+
+TEST(Loading, FeatureCountDifferentFromTheModelIsNamed) {
+  scratch_dir dir;
+  testing::write_text(dir / "img.idx", idx_bytes(0x08, {2, 4}, {1, 2, 3, 4, 5, 6, 7, 8}));
+  testing::write_text(dir / "lab.idx", idx_bytes(0x08, {2}, {1, 0}));
+  data_config c;
+  c.train_images = c.test_images = (dir / "img.idx").string();
+  c.train_labels = c.test_labels = (dir / "lab.idx").string();
+  const std::string msg = error_of([&] { load_data(c, 784, 10); });
+  EXPECT_NE(msg.find("samples have 4 features but the model's input layer (model.layers[0]) has 784"), std::string::npos)
+      << msg;
+}
+
+TEST(Loading, ImageAndLabelCountsMustAgree) {
+  scratch_dir dir;
+  testing::write_text(dir / "img.idx", idx_bytes(0x08, {2, 4}, {1, 2, 3, 4, 5, 6, 7, 8}));
+  testing::write_text(dir / "lab.idx", idx_bytes(0x08, {3}, {1, 0, 1}));
+  data_config c;
+  c.train_images = c.test_images = (dir / "img.idx").string();
+  c.train_labels = c.test_labels = (dir / "lab.idx").string();
+  const std::string msg = error_of([&] { load_data(c, 4, 10); });
+  EXPECT_NE(msg.find("has 2 samples but"), std::string::npos) << msg;
+}
+
+TEST(Scaling, MaxAndStandardizeUseTrainingStatistics) {
+  dataset train("t", 2, 2, 2), test("s", 1, 2, 2);
+  const float tr[] = {0, 255, 51, 102}, te[] = {255, 0};
+  std::copy(tr, tr + 4, train.features.data());
+  std::copy(te, te + 2, test.features.data());
+  scale_features(feature_scaling::max, train, test);
+  EXPECT_FLOAT_EQ(train.features[1], 1.0f);
+  EXPECT_FLOAT_EQ(test.features[0], 1.0f);
+  std::copy(tr, tr + 4, train.features.data());
+  scale_features(feature_scaling::standardize, train, test);
+  EXPECT_NEAR(train.features[0] + train.features[2], 0.0, 1e-6) << "feature 0 has mean 0";
+  EXPECT_NEAR(train.features[0], -1.0, 1e-6) << "and unit variance";
+}
+
+TEST(Synthetic, IsSeededAndLabelsInRange) {
+  synthetic_options o;
+  o.rows = 500;
+  const dataset a = make_synthetic(o), b = make_synthetic(o);
+  EXPECT_EQ(std::memcmp(a.features.data(), b.features.data(), a.features.size() * 4), 0);
+  for (std::size_t i = 0; i < a.rows; ++i) ASSERT_TRUE(a.labels[i] >= 0 && a.labels[i] < o.classes);
+  a.check_labels();
+}
+
+}  // namespace
+}  // namespace dpactor

@@ -1,0 +1,141 @@
+// The Engine facade: repeated start/stop in one process (A9; CI also runs this
+// suite under AddressSanitizer and LeakSanitizer), events, snapshots, and
+// misuse.
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include "actors/engine.hpp"
+#include "tensors/error.hpp"
+#include "tests/test_support.hpp"
+
+namespace dpactor {
+namespace {
+
+TEST(EngineLifecycle, StartsAndStops100TimesInOneProcess) {
+  job_config c = testing::small_job(2, 32, 256);
+  c.train.epochs = 2;
+  Engine engine(c);
+  for (int i = 0; i < 100; ++i) {
+    engine.start();
+    EXPECT_TRUE(engine.running());
+    if (i % 2 == 1) engine.stop();  // every other run is stopped early
+    const run_summary s = engine.wait();
+    EXPECT_FALSE(engine.running());
+    if (i % 2 == 0) {
+      EXPECT_EQ(s.steps, 16) << "run " << i;
+      EXPECT_FALSE(s.stopped);
+    } else {
+      EXPECT_LE(s.steps, 16) << "run " << i;
+      EXPECT_TRUE(s.stopped);
+    }
+  }
+}
+
+TEST(EngineLifecycle, ReportsEventsInOrder) {
+  job_config c = testing::small_job(2, 32, 256);
+  c.train.epochs = 2;
+  c.train.log_every = 4;
+  std::mutex m;
+  std::vector<event> events;
+  Engine engine(c);
+  engine.on_event([&](const event& e) {
+    std::lock_guard lock(m);
+    events.push_back(e);
+  });
+  engine.start();
+  const run_summary s = engine.wait();
+  ASSERT_FALSE(events.empty());
+  const auto* start = std::get_if<membership_event>(&events.front());
+  ASSERT_NE(start, nullptr) << "the first event is the first generation";
+  EXPECT_EQ(start->members, (std::vector<std::string>{"cpu:0", "cpu:1"}));
+  int steps = 0, epochs = 0;
+  std::int64_t last_step = 0;
+  for (const auto& e : events) {
+    if (const auto* st = std::get_if<step_event>(&e)) {
+      ++steps;
+      EXPECT_GT(st->step, last_step);
+      EXPECT_EQ(st->step % 4, 0);
+      EXPECT_GT(st->samples_per_s, 0.0);
+      last_step = st->step;
+    }
+    if (const auto* ep = std::get_if<epoch_event>(&e)) {
+      EXPECT_EQ(ep->epoch, epochs++);
+      EXPECT_EQ(ep->samples, 256);
+      EXPECT_GT(ep->test_accuracy, 0.0);
+    }
+  }
+  EXPECT_EQ(steps, 4);  // 16 steps, every 4th
+  EXPECT_EQ(epochs, 2);
+  EXPECT_EQ(s.epochs, 2);
+  EXPECT_EQ(s.samples, 512);
+  EXPECT_GT(s.test_accuracy, 0.5) << "the synthetic blobs are learnable";
+}
+
+TEST(EngineLifecycle, SnapshotIsTakenAtAStepBoundaryWhileTraining) {
+  job_config c = testing::small_job(2, 32, 4096);
+  c.train.epochs = 50;
+  std::atomic<std::int64_t> steps_seen{0};
+  Engine engine(c);
+  engine.on_event([&](const event& e) {
+    if (const auto* st = std::get_if<step_event>(&e)) steps_seen = st->step;
+  });
+  engine.start();
+  while (steps_seen < 20) std::this_thread::yield();  // the run is under way
+  const parameter_snapshot a = engine.snapshot();
+  while (steps_seen < a.step + 40) std::this_thread::yield();
+  const parameter_snapshot b = engine.snapshot();
+  engine.stop();
+  engine.wait();
+  EXPECT_GE(a.step, 20);
+  EXPECT_GT(b.step, a.step);
+  ASSERT_EQ(a.tensor("0.weight").size(), 32u * 16u);
+  EXPECT_EQ(a.tensor("2.bias").size(), 4u);
+  EXPECT_NE(std::vector<float>(a.tensor("0.weight").begin(), a.tensor("0.weight").end()),
+            std::vector<float>(b.tensor("0.weight").begin(), b.tensor("0.weight").end()));
+  EXPECT_THROW(engine.snapshot(), std::runtime_error) << "no run in progress";
+}
+
+TEST(EngineLifecycle, StopBeforeStartEndsTheNextRunAtOnce) {
+  job_config c = testing::small_job(1, 32, 256);
+  c.train.epochs = 1000;
+  Engine engine(c);
+  engine.stop();
+  engine.start();
+  const run_summary s = engine.wait();
+  EXPECT_TRUE(s.stopped);
+  EXPECT_LE(s.steps, 2) << "at most the prefetched steps";
+}
+
+TEST(EngineLifecycle, SecondStartWhileRunningIsRefused) {
+  job_config c = testing::small_job(1, 32, 256);
+  c.train.epochs = 1000;
+  Engine engine(c);
+  engine.start();
+  EXPECT_THROW(engine.start(), std::logic_error);
+  engine.stop();
+  engine.wait();
+  EXPECT_THROW(engine.wait(), std::logic_error);
+}
+
+TEST(EngineLifecycle, DestroyingARunningEngineStopsIt) {
+  job_config c = testing::small_job(2, 32, 256);
+  c.train.epochs = 100000;
+  auto engine = std::make_unique<Engine>(c);
+  engine->start();
+  engine.reset();  // must return: stops at the next step boundary and tears down
+  SUCCEED();
+}
+
+TEST(EngineLifecycle, BadConfigIsRefusedAtConstruction) {
+  job_config c = testing::small_job(1, 32);
+  c.optimizer.nesterov = true;
+  c.optimizer.momentum = 0.0;
+  EXPECT_THROW(Engine{c}, config_error);
+}
+
+}  // namespace
+}  // namespace dpactor

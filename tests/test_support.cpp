@@ -1,0 +1,119 @@
+#include "tests/test_support.hpp"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+
+#include "tensors/safetensors.hpp"
+
+namespace dpactor::testing {
+namespace fs = std::filesystem;
+
+scratch_dir::scratch_dir() {
+  std::random_device rd;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    path_ = fs::temp_directory_path() / ("dpactor-test-" + std::to_string(rd()));
+    if (fs::create_directory(path_)) return;
+  }
+  throw std::runtime_error("cannot create a scratch directory");
+}
+
+scratch_dir::~scratch_dir() {
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+job_config small_job(std::int64_t replicas, std::int64_t batch, std::int64_t train_rows) {
+  job_config c;
+  c.source = "small_job";
+  c.model = mlp_spec{{16, 32, 4}, activation::relu, loss_kind::cross_entropy};
+  c.data.format = data_format::synthetic;
+  c.data.synthetic_train = train_rows;
+  c.data.synthetic_test = 256;
+  c.data.synthetic_noise = 0.8;
+  c.data.scale = feature_scaling::none;
+  c.optimizer.kind = optimizer_kind::sgd;
+  c.optimizer.lr = 0.05;
+  c.optimizer.momentum = 0.9;
+  c.schedule.kind = schedule_kind::constant;
+  c.train.epochs = 1;
+  c.train.batch_size = batch;
+  c.train.micro_batch = 32;
+  c.train.checkpoint_dir = "";
+  c.train.log_every = 10;
+  c.cluster.cpus = replicas;
+  c.cluster.blas_threads = 1;
+  return c;
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  if (!out) throw std::runtime_error("cannot write " + path.string());
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+cli_process::cli_process(const std::vector<std::string>& args, const fs::path& cwd) : log_(cwd / ".cli-output") {
+  std::vector<std::string> argv_store{DPACTOR_CLI};
+  argv_store.insert(argv_store.end(), args.begin(), args.end());
+  pid_ = ::fork();
+  if (pid_ < 0) throw std::runtime_error("fork failed");
+  if (pid_ == 0) {
+    if (::chdir(cwd.c_str()) != 0) ::_exit(126);
+    std::FILE* f = std::fopen(log_.c_str(), "w");
+    if (f == nullptr) ::_exit(126);
+    ::dup2(::fileno(f), STDOUT_FILENO);
+    ::dup2(::fileno(f), STDERR_FILENO);
+    std::vector<char*> argv;
+    for (auto& a : argv_store) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+}
+
+cli_process::~cli_process() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+}
+
+void cli_process::signal(int sig) { ::kill(pid_, sig); }
+
+process_result cli_process::wait() {
+  int status = 0;
+  ::waitpid(pid_, &status, 0);
+  pid_ = -1;
+  process_result r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.output = read_text(log_);
+  return r;
+}
+
+std::string cli_process::output_so_far() const { return read_text(log_); }
+
+process_result run_cli(const std::vector<std::string>& args, const fs::path& cwd) { return cli_process(args, cwd).wait(); }
+
+std::vector<std::pair<std::string, std::string>> tensor_bytes(const fs::path& file) {
+  const safetensors_file f = load_safetensors(file);
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& t : f.tensors)
+    out.emplace_back(t.name, std::string(reinterpret_cast<const char*>(t.values.data()), t.values.size() * sizeof(float)));
+  return out;
+}
+
+}  // namespace dpactor::testing

@@ -1,0 +1,58 @@
+#pragma once
+// Helpers shared by the test suites: scratch directories, small jobs, and
+// running the dpactor program as a child process.
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "actors/job_config.hpp"
+
+namespace dpactor::testing {
+
+// A fresh directory under the system temp dir, removed on destruction.
+class scratch_dir {
+ public:
+  scratch_dir();
+  ~scratch_dir();
+  scratch_dir(const scratch_dir&) = delete;
+  scratch_dir& operator=(const scratch_dir&) = delete;
+  const std::filesystem::path& path() const noexcept { return path_; }
+  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// A small synthetic classification job: 16 features, 4 classes, fast.
+job_config small_job(std::int64_t replicas, std::int64_t batch, std::int64_t train_rows = 1024);
+
+void write_text(const std::filesystem::path& path, const std::string& text);
+std::string read_text(const std::filesystem::path& path);
+
+struct process_result {
+  int exit_code = -1;  // 128 + signal if killed by a signal
+  std::string output;  // stdout and stderr together
+};
+// The dpactor program running as a child process, output to a file.
+class cli_process {
+ public:
+  cli_process(const std::vector<std::string>& args, const std::filesystem::path& cwd);
+  ~cli_process();  // kills the child if it still runs
+  void signal(int sig);
+  process_result wait();
+  std::string output_so_far() const;
+
+ private:
+  int pid_ = -1;
+  std::filesystem::path log_;
+};
+
+// Runs the dpactor program with `args`, in `cwd`, and waits for it.
+process_result run_cli(const std::vector<std::string>& args, const std::filesystem::path& cwd);
+
+// Bytes of every tensor in a safetensors file, by name (the data section only).
+std::vector<std::pair<std::string, std::string>> tensor_bytes(const std::filesystem::path& file);
+
+}  // namespace dpactor::testing

@@ -99,13 +99,13 @@ caf::behavior device_actor(caf::stateful_actor<device_state>* self, std::shared_
       [](const finish_msg&) {
         // Nothing more will come in this generation; the engine ends the actor.
       },
-      [self](params_atom) {
+      [self](const params_request& req) {
         auto& st = self->state;
         params_reply reply;
         reply.step = st.setup->model->optimizer_steps();
         reply.values.resize(st.setup->model->layout().parameter_size);
         st.setup->model->copy_parameters(reply.values);
-        return reply;
+        req.reply->set_value(std::move(reply));
       },
   };
 }

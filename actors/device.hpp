@@ -7,7 +7,7 @@
 // for the reducer: see Note [Work flows through the loader].
 //
 // Handles (all from the loader, in order):  begin_generation_msg, shard_msg,
-// evaluate_msg, snapshot_msg, finish_msg;  from the engine: params_atom.
+// evaluate_msg, snapshot_msg, finish_msg;  from the engine: params_request.
 
 #include <memory>
 #include <string>

@@ -269,24 +269,21 @@ parameter_snapshot Engine::snapshot(std::chrono::milliseconds timeout) {
   auto& m = *impl_;
   std::shared_lock lock(m.system_mutex);
   if (!m.system || !m.reducer) throw std::runtime_error("Engine::snapshot: no run in progress");
-  parameter_snapshot snap;
-  std::string failure;
-  caf::scoped_actor self{*m.system};
-  caf::actor source;
-  self->request(m.reducer, timeout, source_atom::value)
-      .receive([&](caf::actor& a) { source = std::move(a); }, [&](caf::error& err) { failure = m.system->render(err); });
-  if (source) {
-    // High priority: answered at the member's next step boundary, ahead of
-    // the shards already queued for it.
-    self->request<caf::message_priority::high>(source, timeout, params_atom::value)
-        .receive(
-            [&](params_reply& reply) {
-              snap.step = reply.step;
-              snap.values = std::move(reply.values);
-            },
-            [&](caf::error& err) { failure = m.system->render(err); });
+  auto promise = std::make_shared<std::promise<params_reply>>();
+  std::future<params_reply> reply = promise->get_future();
+  caf::anon_send(m.reducer, params_request{std::move(promise)});
+  lock.unlock();
+  if (reply.wait_for(timeout) != std::future_status::ready)
+    throw std::runtime_error("Engine::snapshot: no answer within " + std::to_string(timeout.count()) + " ms");
+  params_reply values;
+  try {
+    values = reply.get();
+  } catch (const std::future_error&) {
+    throw std::runtime_error("Engine::snapshot: the run ended before the snapshot was taken");
   }
-  if (!failure.empty()) throw std::runtime_error("Engine::snapshot failed: " + failure);
+  parameter_snapshot snap;
+  snap.step = values.step;
+  snap.values = std::move(values.values);
   flat_layout params;
   for (std::size_t i = 0; i < m.layout.parameter_tensors; ++i) {
     const auto& t = m.layout.layout.tensors()[i];

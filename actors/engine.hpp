@@ -21,6 +21,7 @@
 #include "actors/events.hpp"
 #include "actors/job_config.hpp"
 #include "actors/run_control.hpp"
+#include "tensors/error.hpp"
 #include "tensors/flat_buffer.hpp"
 
 namespace dpactor {

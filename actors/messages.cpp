@@ -25,7 +25,8 @@ void register_message_types(caf::actor_system_config& config) {
       .add_message_type<work_done_msg>("dpactor::work_done_msg")
       .add_message_type<write_checkpoint_msg>("dpactor::write_checkpoint_msg")
       .add_message_type<checkpoint_written_msg>("dpactor::checkpoint_written_msg")
-      .add_message_type<params_reply>("dpactor::params_reply");
+      .add_message_type<params_reply>("dpactor::params_reply")
+      .add_message_type<params_request>("dpactor::params_request");
 }
 
 }  // namespace dpactor

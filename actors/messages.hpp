@@ -11,10 +11,12 @@
 //   device  -> reducer  computed_msg, step_done_msg, evaluated_msg, state_msg,
 //                       device_failed_msg                 (one-way reports)
 //   reducer -> writer   write_checkpoint_msg; writer -> reducer checkpoint_written_msg
+//   engine  -> reducer -> first member   params_request (high priority)
 //
 // See Note [Work flows through the loader] in loader.hpp.
 
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,10 +29,7 @@
 namespace dpactor {
 
 using stop_atom = caf::atom_constant<caf::atom("stop")>;
-using params_atom = caf::atom_constant<caf::atom("params")>;
 using start_atom = caf::atom_constant<caf::atom("start")>;
-// Asks the reducer which member to read parameters from (the first one).
-using source_atom = caf::atom_constant<caf::atom("source")>;
 
 // A generation's collective group. Across processes only the descriptor fields
 // travel (the backend and, for NCCL or Gloo, the rendezvous id); in-process the
@@ -175,6 +174,14 @@ struct params_reply {
   std::vector<float> values;  // the parameter section of the state
 };
 
+// Engine::snapshot() asks from a user thread that is not an actor: the reply
+// goes into a promise rather than a CAF response (a scoped_actor in a user
+// thread keeps CAF 0.17's actor system from shutting down until that thread
+// exits). In-process only, so the promise is not serialised.
+struct params_request {
+  std::shared_ptr<std::promise<params_reply>> reply;
+};
+
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, group_ticket& x) {
   return f(caf::meta::type_name("group_ticket"), x.backend, x.generation, x.rendezvous_id);
@@ -257,6 +264,10 @@ typename Inspector::result_type inspect(Inspector& f, write_checkpoint_msg& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, checkpoint_written_msg& x) {
   return f(caf::meta::type_name("checkpoint_written_msg"), x.step, x.path, x.error);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, params_request&) {
+  return f(caf::meta::type_name("params_request"));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, params_reply& x) {

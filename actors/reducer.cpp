@@ -229,12 +229,15 @@ caf::behavior reducer_actor(caf::stateful_actor<reducer_state>* self, reducer_se
         st.stop_requested = true;
         self->send(st.setup.loader, stop_atom::value);
       },
-      [self](source_atom) -> caf::result<caf::actor> {
-        // Not a delegate: CAF 0.17 drops the request id of a high-priority
-        // delegate, so the engine asks the member itself.
+      [self](params_request& req) {
         auto& st = self->state;
-        if (st.plan.members.empty()) return caf::make_error(caf::sec::invalid_argument, "the generation has no members");
-        return st.plan.members.front();
+        if (st.plan.members.empty()) {
+          req.reply->set_exception(std::make_exception_ptr(std::runtime_error("the generation has no members")));
+          return;
+        }
+        // High priority: answered at the member's next step boundary, ahead of
+        // the shards already queued for it.
+        self->send<caf::message_priority::high>(st.plan.members.front(), std::move(req));
       },
   };
 }

@@ -99,6 +99,25 @@ TEST(EngineLifecycle, SnapshotIsTakenAtAStepBoundaryWhileTraining) {
   EXPECT_THROW(engine.snapshot(), std::runtime_error) << "no run in progress";
 }
 
+TEST(EngineLifecycle, SnapshotFromAThreadThatOutlivesTheRunDoesNotBlockShutdown) {
+  // Regression: a CAF scoped_actor in a user thread kept the actor system
+  // from shutting down until that thread exited.
+  job_config c = testing::small_job(2, 32, 2048);
+  Engine engine(c);
+  engine.start();
+  std::atomic<bool> taken{false}, done{false};
+  std::thread server([&] {
+    engine.snapshot();
+    taken = true;
+    while (!done) std::this_thread::yield();
+  });
+  while (!taken) std::this_thread::yield();
+  const run_summary s = engine.wait();  // must return while `server` still runs
+  done = true;
+  server.join();
+  EXPECT_EQ(s.steps, 64);
+}
+
 TEST(EngineLifecycle, StopBeforeStartEndsTheNextRunAtOnce) {
   job_config c = testing::small_job(1, 32, 256);
   c.train.epochs = 1000;

@@ -18,13 +18,6 @@ namespace {
 namespace fs = std::filesystem;
 using testing::scratch_dir;
 
-std::string idx_bytes(std::uint8_t type, const std::vector<std::uint32_t>& dims, const std::vector<std::uint8_t>& values) {
-  std::string out{'\0', '\0', static_cast<char>(type), static_cast<char>(dims.size())};
-  for (auto d : dims)
-    for (int s = 24; s >= 0; s -= 8) out += static_cast<char>((d >> s) & 0xFF);
-  out.append(values.begin(), values.end());
-  return out;
-}
 
 // A scratch directory with a valid tiny IDX dataset (8 features, 3 classes)
 // and a config `job.cfg` that trains on it.
@@ -34,8 +27,8 @@ class Cli : public ::testing::Test {
     std::vector<std::uint8_t> pixels(40 * 8), labels(40);
     for (std::size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<std::uint8_t>(i * 13);
     for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::uint8_t>(i % 3);
-    testing::write_text(dir / "images.idx", idx_bytes(0x08, {40, 8}, pixels));
-    testing::write_text(dir / "labels.idx", idx_bytes(0x08, {40}, labels));
+    testing::write_text(dir / "images.idx", testing::idx_bytes(0x08, {40, 8}, pixels));
+    testing::write_text(dir / "labels.idx", testing::idx_bytes(0x08, {40}, labels));
     write_config("");
   }
 
@@ -125,7 +118,7 @@ TEST_F(Cli, IdxWithWrongMagic) {
 TEST_F(Cli, TruncatedIdxGz) {
   std::vector<std::uint8_t> pixels(4000 * 8);
   for (std::size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<std::uint8_t>(i * 31 + i / 7);
-  const std::string raw = idx_bytes(0x08, {4000, 8}, pixels);
+  const std::string raw = testing::idx_bytes(0x08, {4000, 8}, pixels);
   gzFile f = gzopen((dir / "big.idx.gz").c_str(), "wb");
   gzwrite(f, raw.data(), static_cast<unsigned>(raw.size()));
   gzclose(f);
@@ -144,7 +137,7 @@ TEST_F(Cli, CsvWithARaggedRow) {
 TEST_F(Cli, LabelBeyondTheClasses) {
   std::vector<std::uint8_t> labels(40, 1);
   labels[17] = 3;  // the model has 3 classes: 0..2
-  testing::write_text(dir / "labels.idx", idx_bytes(0x08, {40}, labels));
+  testing::write_text(dir / "labels.idx", testing::idx_bytes(0x08, {40}, labels));
   expect_failure({"--model", "job.cfg"}, 3, "labels.idx: label 3 of sample 17 is out of range: the model has 3 classes");
 }
 

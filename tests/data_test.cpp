@@ -20,13 +20,6 @@ namespace {
 
 using testing::scratch_dir;
 
-std::string idx_bytes(std::uint8_t type, const std::vector<std::uint32_t>& dims, const std::vector<std::uint8_t>& values) {
-  std::string out{'\0', '\0', static_cast<char>(type), static_cast<char>(dims.size())};
-  for (auto d : dims)
-    for (int s = 24; s >= 0; s -= 8) out += static_cast<char>((d >> s) & 0xFF);
-  out.append(values.begin(), values.end());
-  return out;
-}
 
 void write_gz(const std::filesystem::path& path, const std::string& bytes) {
   gzFile f = gzopen(path.c_str(), "wb");
@@ -47,7 +40,7 @@ std::string error_of(F f) {
 TEST(Idx, ReadsPlainAndGzipFilesAlike) {
   scratch_dir dir;
   const std::vector<std::uint8_t> pixels{0, 1, 2, 3, 4, 5, 250, 251, 252, 253, 254, 255};
-  const std::string bytes = idx_bytes(0x08, {2, 2, 3}, pixels);
+  const std::string bytes = testing::idx_bytes(0x08, {2, 2, 3}, pixels);
   testing::write_text(dir / "plain.idx", bytes);
   write_gz(dir / "zipped.idx.gz", bytes);
   for (const char* name : {"plain.idx", "zipped.idx.gz"}) {
@@ -80,7 +73,7 @@ TEST(Idx, TruncatedGzipIsNamed) {
   scratch_dir dir;
   std::vector<std::uint8_t> pixels(4000);
   for (std::size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<std::uint8_t>(i * 7);
-  write_gz(dir / "full.gz", idx_bytes(0x08, {10, 400}, pixels));
+  write_gz(dir / "full.gz", testing::idx_bytes(0x08, {10, 400}, pixels));
   const std::string gz = testing::read_text(dir / "full.gz");
   testing::write_text(dir / "cut.gz", gz.substr(0, gz.size() / 2));
   const std::string msg = error_of([&] { read_idx(dir / "cut.gz"); });
@@ -134,8 +127,8 @@ TEST(Csv, LabelOutOfRangeIsNamed) {
 
 TEST(Loading, IdxLabelBeyondTheModelsClassesIsNamed) {
   scratch_dir dir;
-  testing::write_text(dir / "img.idx", idx_bytes(0x08, {2, 4}, {1, 2, 3, 4, 5, 6, 7, 8}));
-  testing::write_text(dir / "lab.idx", idx_bytes(0x08, {2}, {1, 12}));
+  testing::write_text(dir / "img.idx", testing::idx_bytes(0x08, {2, 4}, {1, 2, 3, 4, 5, 6, 7, 8}));
+  testing::write_text(dir / "lab.idx", testing::idx_bytes(0x08, {2}, {1, 12}));
   data_config c;
   c.train_images = c.test_images = (dir / "img.idx").string();
   c.train_labels = c.test_labels = (dir / "lab.idx").string();
@@ -145,8 +138,8 @@ TEST(Loading, IdxLabelBeyondTheModelsClassesIsNamed) {
 
 TEST(Loading, FeatureCountDifferentFromTheModelIsNamed) {
   scratch_dir dir;
-  testing::write_text(dir / "img.idx", idx_bytes(0x08, {2, 4}, {1, 2, 3, 4, 5, 6, 7, 8}));
-  testing::write_text(dir / "lab.idx", idx_bytes(0x08, {2}, {1, 0}));
+  testing::write_text(dir / "img.idx", testing::idx_bytes(0x08, {2, 4}, {1, 2, 3, 4, 5, 6, 7, 8}));
+  testing::write_text(dir / "lab.idx", testing::idx_bytes(0x08, {2}, {1, 0}));
   data_config c;
   c.train_images = c.test_images = (dir / "img.idx").string();
   c.train_labels = c.test_labels = (dir / "lab.idx").string();
@@ -157,8 +150,8 @@ TEST(Loading, FeatureCountDifferentFromTheModelIsNamed) {
 
 TEST(Loading, ImageAndLabelCountsMustAgree) {
   scratch_dir dir;
-  testing::write_text(dir / "img.idx", idx_bytes(0x08, {2, 4}, {1, 2, 3, 4, 5, 6, 7, 8}));
-  testing::write_text(dir / "lab.idx", idx_bytes(0x08, {3}, {1, 0, 1}));
+  testing::write_text(dir / "img.idx", testing::idx_bytes(0x08, {2, 4}, {1, 2, 3, 4, 5, 6, 7, 8}));
+  testing::write_text(dir / "lab.idx", testing::idx_bytes(0x08, {3}, {1, 0, 1}));
   data_config c;
   c.train_images = c.test_images = (dir / "img.idx").string();
   c.train_labels = c.test_labels = (dir / "lab.idx").string();

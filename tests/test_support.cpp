@@ -53,6 +53,14 @@ job_config small_job(std::int64_t replicas, std::int64_t batch, std::int64_t tra
   return c;
 }
 
+std::string idx_bytes(std::uint8_t type, const std::vector<std::uint32_t>& dims, const std::vector<std::uint8_t>& values) {
+  std::string out{'\0', '\0', static_cast<char>(type), static_cast<char>(dims.size())};
+  for (auto d : dims)
+    for (int s = 24; s >= 0; s -= 8) out += static_cast<char>((d >> s) & 0xFF);
+  out.append(values.begin(), values.end());
+  return out;
+}
+
 void write_text(const fs::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
   out << text;

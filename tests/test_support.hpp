@@ -28,6 +28,9 @@ class scratch_dir {
 // A small synthetic classification job: 16 features, 4 classes, fast.
 job_config small_job(std::int64_t replicas, std::int64_t batch, std::int64_t train_rows = 1024);
 
+// The bytes of an IDX file: magic 0x0000<type><ndims>, big-endian dims, values.
+std::string idx_bytes(std::uint8_t type, const std::vector<std::uint32_t>& dims, const std::vector<std::uint8_t>& values);
+
 void write_text(const std::filesystem::path& path, const std::string& text);
 std::string read_text(const std::filesystem::path& path);
 

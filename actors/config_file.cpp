@@ -9,6 +9,7 @@
 
 #include <toml++/toml.h>
 
+#include "actors/fault_plan.hpp"
 #include "tensors/error.hpp"
 
 namespace dpactor {
@@ -277,8 +278,50 @@ const std::vector<key_spec>& schema() {
               "OpenBLAS threads per CPU replica (0 = cores / replicas, at least 1).", 1024);
     b.integer("min_devices", [](job_config& c) -> std::int64_t& { return c.cluster.min_devices; }, 1,
               "Fewest replicas to train on; below it the engine checkpoints and stops with an error.");
+    b.floating("hang_timeout_s", [](job_config& c) -> double& { return c.cluster.hang_timeout_s; }, 0.0, false,
+               "A member that reports nothing for this long while it has work is declared hung and removed "
+               "(0 = max(1 s, 20 x the median step time)).");
     b.floating("collective_timeout_s", [](job_config& c) -> double& { return c.cluster.collective_timeout_s; }, 0.0,
                true, "Timeout of one collective call, in seconds: a backstop for a member that never arrives.");
+
+    b.section = "straggler";
+    b.choice<straggler_policy>("policy", [](job_config& c) -> straggler_policy& { return c.straggler.policy; },
+                               {{"none", straggler_policy::none}, {"balance", straggler_policy::balance},
+                                {"cut", straggler_policy::cut}, {"balance+cut", straggler_policy::balance_cut}},
+                               "balance: shard sizes follow each member's measured throughput; cut: a member late past "
+                               "its deadline contributes what it has computed and returns the rest of its shard.");
+    b.floating("deadline_factor", [](job_config& c) -> double& { return c.straggler.deadline_factor; }, 1.0, false,
+               "A late member is cut this many median compute times after its step started ...");
+    b.floating("deadline_floor_ms", [](job_config& c) -> double& { return c.straggler.deadline_floor_ms; }, 0.0, false,
+               "... but not sooner than this many milliseconds.");
+    b.floating("smoothing", [](job_config& c) -> double& { return c.straggler.smoothing; }, 0.0, true,
+               "Weight of the newest measurement in each member's throughput average (balance).", 1.0);
+
+    b.section = "faults";
+    b.keys.push_back({"faults", "inject", "array of strings",
+                      "Fault injection specs: fail:R@S, hang:R@S, slow:R:F[@S], jitter:R:P:MS, leave:R@S, "
+                      "join:cpu@S (docs/faults.md).",
+                      [](job_config& c, const toml::node& n, const std::string& key) {
+                        const toml::array* a = n.as_array();
+                        if (a == nullptr) fail_at(n, key, "expected an array of strings, found " + type_name(n));
+                        std::vector<std::string> specs;
+                        for (const auto& e : *a) {
+                          const std::string& text = read_string(e, key + "[" + std::to_string(specs.size()) + "]");
+                          try {
+                            parse_fault_spec(text);
+                          } catch (const config_error& err) {
+                            fail_at(e, key, err.what());
+                          }
+                          specs.push_back(text);
+                        }
+                        c.faults.inject = std::move(specs);
+                      },
+                      [](const job_config& c) {
+                        std::string s = "[";
+                        for (std::size_t i = 0; i < c.faults.inject.size(); ++i) s += (i ? ", " : "") + quote(c.faults.inject[i]);
+                        return s + "]";
+                      }});
+    b.integer("seed", [](job_config& c) -> std::int64_t& { return c.faults.seed; }, 0, "Seed of the jitter draws.");
     return std::move(b.keys);
   }();
   return keys;
@@ -321,7 +364,7 @@ void apply_table(job_config& config, const toml::table& root) {
   for (const auto& [section_key, section_node] : root) {
     const std::string section(section_key.str());
     if (!known_section(section))
-      fail_at(section_node, section, "unknown section [" + section + "]; sections are model, data, optimizer, train, cluster");
+      fail_at(section_node, section, "unknown section [" + section + "]; sections are model, data, optimizer, train, cluster, straggler, faults");
     const toml::table* table = section_node.as_table();
     if (table == nullptr) fail_at(section_node, section, "expected a table [" + section + "], found " + type_name(section_node));
     for (const auto& [key_key, value] : *table) {

@@ -3,102 +3,167 @@
 #include <algorithm>
 #include <chrono>
 #include <numeric>
+#include <stdexcept>
+#include <thread>
 
 namespace dpactor {
 namespace {
 
 using clock_type = std::chrono::steady_clock;
+using device_ptr = caf::stateful_actor<device_state>*;
 
 double seconds_since(clock_type::time_point start) {
   return std::chrono::duration<double>(clock_type::now() - start).count();
 }
 
-// Runs fn over `rows` in slices of at most the replica's micro-batch.
-template <class Fn>
-batch_stats for_micro_batches(replica& model, const dataset& data, std::span<const std::uint32_t> rows, Fn fn) {
-  batch_stats total;
-  const std::size_t step = model.max_rows();
-  for (std::size_t begin = 0; begin < rows.size(); begin += step) {
-    const auto slice = rows.subspan(begin, std::min(step, rows.size() - begin));
-    total += fn(data.batch(slice));
+// Granularity of injected delays: they end early when the step is cut.
+constexpr auto delay_slice = std::chrono::microseconds(100);
+
+bool cut_requested(const device_state& st, std::int64_t step) {
+  return st.setup->control->cut_step.load(std::memory_order_acquire) == step;
+}
+
+// Sleeps for `seconds`, or until the step is cut.
+void injected_delay(const device_state& st, std::int64_t step, double seconds) {
+  const auto until = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(seconds));
+  while (clock_type::now() < until && !cut_requested(st, step))
+    std::this_thread::sleep_for(std::min<clock_type::duration>(delay_slice, until - clock_type::now()));
+}
+
+const fault_spec* find_fault(const device_state& st, fault_kind kind, std::int64_t step) {
+  for (const auto& f : st.setup->faults)
+    if (f.kind == kind && (kind == fault_kind::jitter || (kind == fault_kind::slow ? step >= f.step : step == f.step)))
+      return &f;
+  return nullptr;
+}
+
+struct injected_failure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Forward and backward over the shard in micro-batches, honouring cuts and
+// injected faults. Returns the stats and how many indices it processed.
+std::pair<batch_stats, std::size_t> compute_shard(device_state& st, const shard_msg& shard) {
+  replica& model = *st.setup->model;
+  const std::int64_t step_number = shard.step + 1;  // faults count steps from 1
+  if (const fault_spec* f = find_fault(st, fault_kind::jitter, step_number)) {
+    if (!st.jitter_rng) st.jitter_rng.emplace(st.setup->fault_seed, static_cast<std::uint64_t>(st.setup->id));
+    if (st.jitter_rng->uniform() < f->probability) injected_delay(st, shard.step, f->delay_ms / 1000.0);
   }
-  return total;
+  if (find_fault(st, fault_kind::fail, step_number))
+    throw injected_failure("injected failure (fault spec fail:" + std::to_string(st.setup->id) + "@" +
+                           std::to_string(step_number) + ")");
+  if (find_fault(st, fault_kind::hang, step_number)) {
+    // Blocks until the reducer gives up on this member and aborts the group.
+    while (!st.group->aborted()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const fault_spec* slow = find_fault(st, fault_kind::slow, step_number);
+  batch_stats stats;
+  const std::size_t micro = model.max_rows();
+  const std::span<const std::uint32_t> rows(shard.indices);
+  std::size_t done = 0;
+  while (done < rows.size() && !cut_requested(st, shard.step)) {
+    const auto slice = rows.subspan(done, std::min(micro, rows.size() - done));
+    const auto start = clock_type::now();
+    stats += model.accumulate(st.setup->train->batch(slice));
+    done += slice.size();
+    if (slow != nullptr) injected_delay(st, shard.step, (slow->factor - 1.0) * seconds_since(start));
+  }
+  return {stats, done};
 }
 
-void report_failure(caf::stateful_actor<device_state>* self, std::int64_t step, const std::string& what) {
+void report_failure(device_ptr self, std::int64_t step, const std::string& what) {
   auto& st = self->state;
-  self->send(st.reducer, device_failed_msg{st.generation, step, st.rank, st.setup->name + ": " + what});
+  device_failed_msg msg{st.generation, step, st.rank, what, st.last_step, {}};
+  try {
+    msg.state = st.setup->model->export_state();
+  } catch (...) {
+  }
+  self->send(st.reducer, std::move(msg));
 }
 
-void run_step(caf::stateful_actor<device_state>* self, const shard_msg& shard) {
+void run_step(device_ptr self, const shard_msg& shard) {
   auto& st = self->state;
   replica& model = *st.setup->model;
   const auto start = clock_type::now();
   model.zero_grad();
-  const batch_stats stats = for_micro_batches(model, *st.setup->train, shard.indices,
-                                              [&](const batch_ref& b) { return model.accumulate(b); });
-  self->send(st.reducer,
-             computed_msg{st.generation, shard.step, st.rank, stats.samples, seconds_since(start)});
+  const auto [stats, done] = compute_shard(st, shard);
+  computed_msg computed{st.generation, shard.step, st.rank, stats.samples, seconds_since(start), {}};
+  computed.returned.assign(shard.indices.begin() + static_cast<std::ptrdiff_t>(done), shard.indices.end());
+  self->send(st.reducer, std::move(computed));
   st.comm->all_reduce_sum(model.reduce_buffer(), st.setup->collective);
   model.apply_step(st.setup->schedule.at(model.optimizer_steps()));
   st.last_step = shard.step;
   const std::uint64_t checksum = st.setup->verify_replicas ? model.parameter_checksum() : 0;
-  self->send(st.reducer, step_done_msg{st.generation, shard.step, shard.epoch, st.rank, stats.loss_sum,
-                                              stats.correct, stats.samples, checksum});
+  self->send(st.reducer, step_done_msg{st.generation, shard.step, shard.epoch, st.rank, stats.loss_sum, stats.correct,
+                                       stats.samples, checksum});
 }
 
 }  // namespace
 
 caf::behavior device_actor(caf::stateful_actor<device_state>* self, std::shared_ptr<device_setup> setup) {
   self->state.setup = std::move(setup);
+  self->state.last_step = self->state.setup->model->optimizer_steps() - 1;
   return {
       [self](begin_generation_msg& msg) {
         auto& st = self->state;
         st.generation = msg.generation;
         st.rank = msg.rank;
         st.reducer = msg.reducer;
+        st.group = msg.group.local;
         try {
-          st.comm = msg.group.local->endpoint(msg.rank);
+          st.comm = st.group->endpoint(msg.rank);
           // Every member adopts the state source's parameters, optimizer state
           // and step counter (See Note [Replica state buffer]).
           st.comm->broadcast(st.setup->model->state_buffer(), msg.state_source, st.setup->collective);
-        } catch (const std::exception& e) {
-          report_failure(self, st.last_step, std::string("joining generation ") + std::to_string(msg.generation) +
-                                                 " failed: " + e.what());
+          st.last_step = st.setup->model->optimizer_steps() - 1;
+        } catch (const collective_error& e) {
+          self->send(st.reducer, step_aborted_msg{st.generation, st.last_step + 1, st.rank, e.what()});
         }
       },
       [self](const shard_msg& shard) {
         auto& st = self->state;
-        if (shard.generation != st.generation) return;  // planned for an ended generation
+        // Planned for an ended generation, or the reducer is ending this one.
+        if (shard.generation != st.generation || st.group->aborted()) return;
         try {
           run_step(self, shard);
+        } catch (const collective_error& e) {
+          self->send(st.reducer, step_aborted_msg{st.generation, shard.step, st.rank, e.what()});
         } catch (const std::exception& e) {
           report_failure(self, shard.step, e.what());
+          self->quit(caf::make_error(caf::sec::runtime_error, e.what()));
         }
       },
       [self](const evaluate_msg& msg) {
         auto& st = self->state;
-        if (msg.generation != st.generation) return;
+        if (msg.generation != st.generation || st.group->aborted()) return;
         st.eval_rows.resize(msg.end - msg.begin);
         std::iota(st.eval_rows.begin(), st.eval_rows.end(), msg.begin);
         try {
           replica& model = *st.setup->model;
-          const batch_stats stats = for_micro_batches(model, *st.setup->test, st.eval_rows,
-                                                      [&](const batch_ref& b) { return model.evaluate(b); });
+          batch_stats stats;
+          const std::size_t micro = model.max_rows();
+          const std::span<const std::uint32_t> rows(st.eval_rows);
+          for (std::size_t b = 0; b < rows.size(); b += micro)
+            stats += model.evaluate(st.setup->test->batch(rows.subspan(b, std::min(micro, rows.size() - b))));
           self->send(st.reducer, evaluated_msg{st.generation, msg.epoch, msg.step, msg.epoch_end, st.rank,
-                                                      stats.loss_sum, stats.correct, stats.samples});
+                                               stats.loss_sum, stats.correct, stats.samples});
         } catch (const std::exception& e) {
           report_failure(self, msg.step, std::string("evaluation failed: ") + e.what());
+          self->quit(caf::make_error(caf::sec::runtime_error, e.what()));
         }
       },
       [self](const snapshot_msg& msg) {
         auto& st = self->state;
-        if (msg.generation != st.generation) return;
+        if (msg.generation != st.generation || st.group->aborted()) return;
         self->send(st.reducer, state_msg{msg.step, st.setup->model->export_state()});
       },
       [](const finish_msg&) {
         // Nothing more will come in this generation; the engine ends the actor.
       },
+      [self](suspend_atom) -> std::int64_t { return self->state.last_step; },
+      [self](state_atom) { return state_msg{self->state.last_step, self->state.setup->model->export_state()}; },
+      [self](const inject_msg& msg) { self->state.setup->faults.push_back(parse_fault_spec(msg.spec)); },
       [self](const params_request& req) {
         auto& st = self->state;
         params_reply reply;

@@ -6,23 +6,44 @@
 // applies the optimizer, and reports `step_done`. Nothing on this path waits
 // for the reducer: see Note [Work flows through the loader].
 //
-// Handles (all from the loader, in order):  begin_generation_msg, shard_msg,
-// evaluate_msg, snapshot_msg, finish_msg;  from the engine: params_request.
+// Handles, from the loader in order: begin_generation_msg, shard_msg,
+// evaluate_msg, snapshot_msg, finish_msg; from the reducer: suspend_atom,
+// state_atom, inject_msg; from the engine: params_request.
+//
+// Note [Cutting a step short]
+// A cut must reach a device in the middle of its step, but an actor reads its
+// mailbox only between messages. The reducer therefore stores the step number
+// in the member's device_control, which the device reads between
+// micro-batches (across processes, the node actor will do the store when a cut
+// message arrives). A cut device stops before its next micro-batch, joins the
+// collective with the samples it has, and reports the untouched indices in its
+// `computed` message; the loader hands them out again later in the epoch.
 
+#include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <caf/all.hpp>
 
+#include "actors/fault_plan.hpp"
 #include "actors/messages.hpp"
 #include "comms/collective.hpp"
 #include "data/dataset.hpp"
 #include "tensors/lr_schedule.hpp"
 #include "tensors/replica.hpp"
+#include "tensors/rng.hpp"
 
 namespace dpactor {
 
+// Shared by a device and the reducer, in-process. See Note [Cutting a step short].
+struct device_control {
+  std::atomic<std::int64_t> cut_step{-1};
+};
+
 struct device_setup {
+  int id = 0;        // device number: "cpu:<id>", stable across generations
   std::string name;  // "cpu:0", for messages and events
   std::unique_ptr<replica> model;
   std::shared_ptr<const dataset> train;
@@ -30,16 +51,21 @@ struct device_setup {
   lr_schedule schedule;
   collective_options collective;
   bool verify_replicas = false;
+  std::shared_ptr<device_control> control;
+  std::vector<fault_spec> faults;  // this device's injected faults
+  std::uint64_t fault_seed = 1;
 };
 
 struct device_state {
   std::shared_ptr<device_setup> setup;
+  std::shared_ptr<collective_group> group;
   std::unique_ptr<collective> comm;
   caf::actor reducer;  // from the generation's begin message
   std::int64_t generation = -1;
   std::int32_t rank = -1;
   std::int64_t last_step = -1;  // last step whose update this replica applied
   std::vector<std::uint32_t> eval_rows;
+  std::optional<rng> jitter_rng;
   static inline const char* name = "device";
 };
 

@@ -15,6 +15,7 @@
 #include "actors/checkpoint_writer.hpp"
 #include "actors/config_file.hpp"
 #include "actors/device.hpp"
+#include "actors/fault_plan.hpp"
 #include "actors/loader.hpp"
 #include "actors/messages.hpp"
 #include "actors/reducer.hpp"
@@ -28,7 +29,7 @@ namespace {
 
 // Scheduler threads for the event-based actors (loader, reducer). Devices and
 // the checkpoint writer are detached and bring their own threads.
-constexpr std::size_t scheduler_threads = 2;
+constexpr std::size_t scheduler_threads = 1;
 
 int hardware_cores() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }
 
@@ -168,6 +169,10 @@ void Engine::start() {
   auto cfg = std::make_unique<caf::actor_system_config>();
   register_message_types(*cfg);
   cfg->set("scheduler.max-threads", scheduler_threads);
+  // Workers that sleep until a message arrives: the work-stealing default
+  // polls, and its polling took a fifth of the throughput from the devices'
+  // cores on a 2-core machine (docs/PERFORMANCE.md).
+  cfg->set("scheduler.policy", caf::atom("sharing"));
   auto system = std::make_unique<caf::actor_system>(*cfg);
 
   const bool checkpoints = !config.train.checkpoint_dir.empty();
@@ -184,22 +189,36 @@ void Engine::start() {
     writer = system->spawn<caf::detached>(checkpoint_writer_actor, std::shared_ptr<const checkpoint_writer_setup>(setup));
   }
 
-  std::vector<caf::actor> devices;
-  std::vector<std::string> names;
+  const std::vector<fault_spec> faults = parse_fault_specs(config.faults.inject);
   const auto micro_batch = static_cast<std::size_t>(config.train.micro_batch);
-  for (int r = 0; r < replicas; ++r) {
+  const auto collective_timeout =
+      std::chrono::milliseconds(static_cast<std::int64_t>(config.cluster.collective_timeout_s * 1000.0));
+  // Spawns CPU device `id`, at the start and for joins (the reducer calls it).
+  caf::actor_system* sys = system.get();
+  auto spawn_device = [=, train = data.train, test = data.test, state = std::make_shared<const std::vector<float>>(init.state)](int id) {
     auto setup = std::make_shared<device_setup>();
-    setup->name = "cpu:" + std::to_string(r);
+    setup->id = id;
+    setup->name = "cpu:" + std::to_string(id);
     setup->model = std::make_unique<cpu_replica>(config.model, opt, micro_batch);
-    setup->model->import_state(init.state);
-    setup->train = data.train;
-    setup->test = data.test;
+    setup->model->import_state(*state);  // a newcomer is overwritten by the generation's broadcast
+    setup->train = train;
+    setup->test = test;
     setup->schedule = schedule;
-    setup->collective.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(config.cluster.collective_timeout_s * 1000.0));
+    setup->collective.timeout = collective_timeout;
     setup->verify_replicas = config.train.verify_replicas;
-    names.push_back(setup->name);
-    devices.push_back(system->spawn<caf::detached>(device_actor, std::move(setup)));
-  }
+    setup->control = std::make_shared<device_control>();
+    for (const auto& f : faults)
+      if (is_device_fault(f) && f.device == id) setup->faults.push_back(f);
+    setup->fault_seed = static_cast<std::uint64_t>(config.faults.seed);
+    member_handle h;
+    h.id = id;
+    h.name = setup->name;
+    h.control = setup->control;
+    h.actor = sys->spawn<caf::detached>(device_actor, std::move(setup));
+    return h;
+  };
+  std::vector<member_handle> devices;
+  for (int r = 0; r < replicas; ++r) devices.push_back(spawn_device(r));
 
   loader_setup ls;
   ls.train_rows = data.train->rows;
@@ -219,10 +238,16 @@ void Engine::start() {
   reducer_setup rs;
   rs.control = m.control;
   rs.devices = devices;
-  rs.device_names = names;
+  rs.spawn_device = spawn_device;
   rs.loader = loader;
   rs.writer = writer;
   rs.schedule = schedule;
+  rs.straggler = config.straggler;
+  rs.min_devices = config.cluster.min_devices;
+  rs.hang_timeout_s = config.cluster.hang_timeout_s;
+  rs.prefetch = config.train.prefetch;
+  for (const auto& f : faults)
+    if (!is_device_fault(f)) rs.membership_faults.push_back(f);
   rs.start_step = init.start_step;
   rs.epoch_steps = epoch_steps;
   rs.total_steps = run_steps;
@@ -235,7 +260,8 @@ void Engine::start() {
     std::unique_lock lock(m.system_mutex);
     m.system_config = std::move(cfg);
     m.system = std::move(system);
-    m.actors = devices;
+    m.actors.clear();
+    for (const auto& d : devices) m.actors.push_back(d.actor);
     m.actors.push_back(loader);
     m.actors.push_back(reducer);
     if (writer) m.actors.push_back(writer);
@@ -263,6 +289,38 @@ run_summary Engine::wait() {
   m.stop_requested = false;
   if (error) std::rethrow_exception(error);
   return *summary;
+}
+
+std::string Engine::add_device(std::chrono::milliseconds timeout) {
+  auto& m = *impl_;
+  std::shared_lock lock(m.system_mutex);
+  if (!m.system || !m.reducer) throw std::runtime_error("Engine::add_device: no run in progress");
+  auto promise = std::make_shared<std::promise<std::string>>();
+  std::future<std::string> name = promise->get_future();
+  caf::anon_send(m.reducer, add_device_msg{std::move(promise)});
+  lock.unlock();
+  if (name.wait_for(timeout) != std::future_status::ready)
+    throw std::runtime_error("Engine::add_device: not admitted within " + std::to_string(timeout.count()) + " ms");
+  try {
+    return name.get();
+  } catch (const std::future_error&) {
+    throw std::runtime_error("Engine::add_device: the run ended before the device was admitted");
+  }
+}
+
+void Engine::remove_device(const std::string& name) {
+  auto& m = *impl_;
+  std::shared_lock lock(m.system_mutex);
+  if (!m.system || !m.reducer) throw std::runtime_error("Engine::remove_device: no run in progress");
+  caf::anon_send(m.reducer, remove_device_msg{name, "removed"});
+}
+
+void Engine::inject(const std::string& spec) {
+  parse_fault_spec(spec);  // throws config_error for a bad spec
+  auto& m = *impl_;
+  std::shared_lock lock(m.system_mutex);
+  if (!m.system || !m.reducer) throw std::runtime_error("Engine::inject: no run in progress");
+  caf::anon_send(m.reducer, inject_msg{spec});
 }
 
 parameter_snapshot Engine::snapshot(std::chrono::milliseconds timeout) {

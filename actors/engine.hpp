@@ -63,6 +63,17 @@ class Engine {
   void stop();
   bool running() const;
 
+  // Admits a new CPU device at the next step boundary; returns its name
+  // ("cpu:3") once it is a member. Throws std::runtime_error if no run is in
+  // progress or it is not admitted within the timeout.
+  std::string add_device(std::chrono::milliseconds timeout = std::chrono::seconds(30));
+  // Removes a device gracefully at the next step boundary (asynchronous; see
+  // the membership events).
+  void remove_device(const std::string& name);
+  // Injects a fault spec (docs/faults.md) into the running job; throws
+  // config_error for a malformed spec.
+  void inject(const std::string& spec);
+
   // The current parameters, read between two steps of the first member.
   // Throws std::runtime_error if no run is in progress or on timeout.
   parameter_snapshot snapshot(std::chrono::milliseconds timeout = std::chrono::seconds(10));

@@ -23,6 +23,9 @@ struct step_event {
   double lr = 0.0;                 // rate of the last step
   double samples_per_s = 0.0;      // since the last step event
   std::int64_t generation = 0;
+  std::int64_t cuts = 0;           // members cut short since the last step event
+  std::vector<double> shares;      // each member's share of the global batch, rank order
+  std::vector<double> throughput;  // each member's smoothed samples/s, rank order
 };
 
 struct epoch_event {
@@ -40,9 +43,18 @@ struct epoch_event {
 
 struct membership_event {
   std::int64_t generation = 0;
+  std::int64_t step = 0;                   // steps done when the generation starts
+  std::vector<std::string> members;        // rank order
+  std::vector<std::uint64_t> actor_ids;    // the members' actor ids: a restarted member would get a new one
+  std::string reason;                      // "start", "cpu:1 failed: ...", "cpu:3 joined", "cpu:0 left", "cpu:2 hung: ..."
+};
+
+// The first step committed after a membership change caused by a fault.
+struct recovery_event {
+  std::int64_t generation = 0;
   std::int64_t step = 0;
-  std::vector<std::string> members;  // rank order
-  std::string reason;                // "start", "failed: ...", "joined", "left", "hung"
+  double recovery_ms = 0.0;  // from the fault's detection to the step's commit
+  std::int64_t requeued = 0; // indices handed out again because of the fault
 };
 
 struct checkpoint_event {
@@ -50,7 +62,7 @@ struct checkpoint_event {
   std::string path;
 };
 
-using event = std::variant<step_event, epoch_event, membership_event, checkpoint_event>;
+using event = std::variant<step_event, epoch_event, membership_event, recovery_event, checkpoint_event>;
 
 struct run_summary {
   double test_accuracy = 0.0;
@@ -62,6 +74,9 @@ struct run_summary {
   std::int64_t epochs = 0;     // epochs completed
   std::int64_t samples = 0;    // samples trained in this run
   std::int64_t membership_changes = 0;
+  std::int64_t cuts = 0;          // members cut short at their deadline
+  std::int64_t requeued = 0;      // indices handed out again (cuts and faults)
+  double max_recovery_ms = 0.0;   // longest fault-to-next-step time
   std::string checkpoint;      // the last checkpoint written, if any
   bool stopped = false;        // ended by stop() before the planned end
 };

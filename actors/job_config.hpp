@@ -42,7 +42,22 @@ struct cluster_config {
   std::int64_t cpus = 0;         // CPU replicas; 0 = number of cores
   std::int64_t blas_threads = 0; // per replica; 0 = cores / replicas, at least 1
   std::int64_t min_devices = 1;
+  double hang_timeout_s = 0.0;   // 0 = max(1 s, 20 x median step time)
   double collective_timeout_s = 600.0;
+};
+
+enum class straggler_policy { none, balance, cut, balance_cut };
+
+struct straggler_config {
+  straggler_policy policy = straggler_policy::balance_cut;
+  double deadline_factor = 2.0;    // a late member is cut at factor x median compute time ...
+  double deadline_floor_ms = 1.0;  // ... but never sooner than this after its step started
+  double smoothing = 0.3;          // weight of the newest sample in the throughput average
+};
+
+struct faults_config {
+  std::vector<std::string> inject;  // fault specs, see actors/fault_plan.hpp
+  std::int64_t seed = 1;            // of jitter draws
 };
 
 struct job_config {
@@ -53,7 +68,8 @@ struct job_config {
   schedule_config schedule;
   train_config train;
   cluster_config cluster;
-  std::vector<std::string> faults;  // fault-injection specs (see docs/config.md)
+  straggler_config straggler;
+  faults_config faults;
 };
 
 // The schedule the job uses, with total_steps resolved from the run length.

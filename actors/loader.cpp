@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "actors/straggler.hpp"
+
 namespace dpactor {
 namespace {
 
@@ -15,14 +17,27 @@ std::pair<std::size_t, std::size_t> even_slice(std::size_t total, std::size_t ra
   return {begin, begin + base + (rank < extra ? 1 : 0)};
 }
 
-void send_evaluation(loader_ptr self, bool epoch_end) {
+// Sends each member its slice of the test set; `eval` gives epoch, step and kind.
+void send_evaluation(loader_ptr self, evaluate_msg eval) {
   auto& st = self->state;
   const auto& members = st.plan.members;
+  eval.generation = st.plan.generation;
   for (std::size_t r = 0; r < members.size(); ++r) {
     const auto [begin, end] = even_slice(st.setup.test_rows, r, members.size());
-    self->send(members[r], evaluate_msg{st.plan.generation, st.ledger->epoch(), st.next_step - 1,
-                                        static_cast<std::uint32_t>(begin), static_cast<std::uint32_t>(end), epoch_end});
+    eval.begin = static_cast<std::uint32_t>(begin);
+    eval.end = static_cast<std::uint32_t>(end);
+    self->send(members[r], eval);
   }
+}
+
+void start_evaluation(loader_ptr self, bool epoch_end) {
+  auto& st = self->state;
+  evaluate_msg eval;
+  eval.epoch = st.ledger->epoch();
+  eval.step = st.next_step - 1;
+  eval.epoch_end = epoch_end;
+  st.pending_eval = eval;
+  send_evaluation(self, eval);
 }
 
 // The ledger as a checkpoint after `step` must record it: steps issued after
@@ -35,13 +50,32 @@ void send_ledger_snapshot(loader_ptr self, std::int64_t step) {
   self->send(st.reducer, ledger_snapshot_msg{step, st.ledger->position(st.scratch)});
 }
 
+// Applies a commit: cut indices go back to the ledger, the rest is trained.
+void apply_commit(loader_ptr self, const committed_msg& msg) {
+  auto& st = self->state;
+  auto it = st.in_flight.find(msg.step);
+  if (it == st.in_flight.end()) return;
+  auto& indices = it->second.indices;
+  if (!msg.returned.empty()) {
+    st.ledger->requeue(msg.returned);
+    std::vector<std::uint32_t> returned = msg.returned;
+    std::sort(returned.begin(), returned.end());
+    std::erase_if(indices, [&](std::uint32_t i) { return std::binary_search(returned.begin(), returned.end(), i); });
+  }
+  st.ledger->commit(indices);
+  st.committed_step = std::max(st.committed_step, msg.step);
+  const bool snapshot = it->second.snapshot;
+  st.in_flight.erase(it);
+  if (snapshot) send_ledger_snapshot(self, msg.step);
+}
+
 // No more steps: the last issued step is the final one.
 void finish(loader_ptr self, bool evaluated) {
   auto& st = self->state;
   st.finished = true;
   const std::int64_t last = st.next_step - 1;
   const auto& members = st.plan.members;
-  if (!evaluated) send_evaluation(self, false);
+  if (!evaluated) start_evaluation(self, false);
   if (st.setup.checkpoints) {
     self->send(members.at(0), snapshot_msg{st.plan.generation, last});
     auto it = st.in_flight.find(last);
@@ -61,11 +95,14 @@ void issue_step(loader_ptr self) {
   const auto want = std::min<std::size_t>(static_cast<std::size_t>(st.setup.batch_size), st.ledger->waiting());
   st.ledger->take(want, flight.indices);
   const auto& members = st.plan.members;
+  const std::vector<double> even(members.size(), 1.0);
+  const auto sizes = split_by_weight(flight.indices.size(), st.weights.size() == members.size() ? st.weights : even);
+  std::size_t begin = 0;
   for (std::size_t r = 0; r < members.size(); ++r) {
-    const auto [begin, end] = even_slice(flight.indices.size(), r, members.size());
+    const auto first = flight.indices.begin() + static_cast<std::ptrdiff_t>(begin);
     self->send(members[r], shard_msg{st.plan.generation, step, st.ledger->epoch(),
-                                     {flight.indices.begin() + static_cast<std::ptrdiff_t>(begin),
-                                      flight.indices.begin() + static_cast<std::ptrdiff_t>(end)}});
+                                     {first, first + static_cast<std::ptrdiff_t>(sizes[r])}});
+    begin += sizes[r];
   }
   self->send(st.reducer, step_planned_msg{step, st.ledger->epoch(), static_cast<std::int64_t>(flight.indices.size()),
                                                 st.ledger->waiting() == 0});
@@ -78,27 +115,60 @@ void issue_step(loader_ptr self) {
 // Issues as many steps as the prefetch window allows.
 void pump(loader_ptr self) {
   auto& st = self->state;
-  while (st.have_plan && !st.finished) {
-    if (st.next_step - st.committed_step > st.setup.prefetch) return;
+  while (st.have_plan && !st.finished && !st.paused) {
+    if (st.stop_requested) {
+      finish(self, false);
+      return;
+    }
+    if (st.pause_after && st.next_step > *st.pause_after) {
+      st.paused = true;
+      self->send(st.reducer, paused_msg{st.next_step - 1});
+      return;
+    }
+    if (st.next_step - st.committed_step > st.setup.prefetch || st.pending_eval) return;
     const bool step_limit = st.setup.max_steps > 0 && st.next_step >= st.setup.max_steps;
     if (st.ledger->waiting() == 0) {
       if (!st.in_flight.empty()) return;  // the epoch ends once all of it is committed
       st.ledger->verify_complete();
       self->send(st.reducer, epoch_ledger_msg{st.ledger->epoch(), static_cast<std::int64_t>(st.ledger->committed()),
                                                     static_cast<std::int64_t>(st.ledger->requeued_total())});
-      send_evaluation(self, true);
+      start_evaluation(self, true);
       if (step_limit || st.ledger->epoch() + 1 >= st.setup.epochs) {
         finish(self, true);
         return;
       }
       st.ledger->start_epoch(st.ledger->epoch() + 1);
-      continue;
+      return;  // the next epoch starts when the evaluation is complete
     }
     if (step_limit) {
       finish(self, false);
       return;
     }
     issue_step(self);
+  }
+}
+
+// Steps after `through` are not in the state the next generation starts
+// from: their indices go back to the ledger, in order, and will be planned
+// again under the same step numbers.
+void roll_back(loader_ptr self, const rollback_msg& msg) {
+  auto& st = self->state;
+  for (const auto& c : msg.commits) apply_commit(self, c);
+  std::vector<std::uint32_t> undo;
+  for (auto it = st.in_flight.begin(); it != st.in_flight.end();) {
+    if (it->first > msg.through) {
+      undo.insert(undo.end(), it->second.indices.begin(), it->second.indices.end());
+      it = st.in_flight.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  st.ledger->requeue_front(undo);
+  st.committed_step = msg.through;
+  if (st.pending_eval && st.pending_eval->step > msg.through) st.pending_eval.reset();
+  if (st.next_step > msg.through + 1) {
+    st.next_step = msg.through + 1;
+    st.finished = false;  // work remains, or the final evaluation must be redone
   }
 }
 
@@ -125,26 +195,49 @@ caf::behavior loader_actor(caf::stateful_actor<loader_state>* self, loader_setup
         st.plan = std::move(plan);
         st.reducer = st.plan.reducer;
         st.have_plan = true;
+        st.paused = false;
+        st.pause_after.reset();
+        st.weights.clear();
         const auto size = static_cast<std::int32_t>(st.plan.members.size());
         for (std::int32_t r = 0; r < size; ++r)
           self->send(st.plan.members[static_cast<std::size_t>(r)],
                      begin_generation_msg{st.plan.generation, st.reducer, r, size, st.plan.state_source, st.plan.group});
+        if (st.pending_eval) send_evaluation(self, *st.pending_eval);
         pump(self);
       },
       [self](const committed_msg& msg) {
-        auto& st = self->state;
-        auto it = st.in_flight.find(msg.step);
-        if (it == st.in_flight.end()) return;
-        st.ledger->commit(it->second.indices);
-        st.committed_step = std::max(st.committed_step, msg.step);
-        const bool snapshot = it->second.snapshot;
-        st.in_flight.erase(it);
-        if (snapshot) send_ledger_snapshot(self, msg.step);
+        apply_commit(self, msg);
         pump(self);
       },
-      [self](stop_atom) {
+      [self](const eval_done_msg& msg) {
         auto& st = self->state;
-        if (!st.finished && st.have_plan) finish(self, false);
+        if (st.pending_eval && st.pending_eval->step == msg.step && st.pending_eval->epoch_end == msg.epoch_end)
+          st.pending_eval.reset();
+        pump(self);
+      },
+      [self](const rollback_msg& msg) { roll_back(self, msg); },
+      [self](const pause_msg& msg) {
+        auto& st = self->state;
+        st.pause_after = msg.after;
+        pump(self);
+        if (!st.paused && (st.finished || !st.have_plan)) {
+          st.paused = true;
+          self->send(st.reducer, paused_msg{st.next_step - 1});
+        }
+      },
+      [self](const shares_msg& msg) {
+        auto& st = self->state;
+        if (msg.generation == st.plan.generation) st.weights = msg.weights;
+      },
+      [self](ledger_atom) {
+        auto& st = self->state;
+        st.scratch.clear();
+        for (const auto& [s, flight] : st.in_flight) st.scratch.insert(st.scratch.end(), flight.indices.begin(), flight.indices.end());
+        return ledger_snapshot_msg{st.committed_step, st.ledger->position(st.scratch)};
+      },
+      [self](stop_atom) {
+        self->state.stop_requested = true;
+        pump(self);
       },
   };
 }

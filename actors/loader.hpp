@@ -12,9 +12,15 @@
 // the last committed step, so a device finds its next shard already queued.
 // The reducer steers only through the loader (plans, commits, stop).
 //
+// A failure rolls the loader back to the state source's last step: later steps'
+// indices go back to the ledger's front and are planned again, with the same
+// step numbers, for the next generation.
+//
 // Epochs do not overlap: the next epoch's shards go out once every index of
-// the current one is committed, so indices re-queued late in an epoch are still
-// trained in it, and the epoch's evaluation sees its final parameters.
+// the current one is committed and its evaluation is complete, so indices
+// re-queued late in an epoch are still trained in it, the evaluation sees the
+// epoch's final parameters, and an evaluation cut short by a failure is simply
+// sent again to the next generation.
 
 #include <cstdint>
 #include <map>
@@ -54,11 +60,16 @@ struct loader_state {
   std::optional<epoch_ledger> ledger;
   generation_plan plan;
   bool have_plan = false;
+  std::vector<double> weights;         // shard shares, rank order (empty: even)
   std::int64_t next_step = 0;
   std::int64_t committed_step = -1;
   std::map<std::int64_t, step_in_flight> in_flight;
   std::vector<std::uint32_t> scratch;
+  std::optional<std::int64_t> pause_after;  // issue no step after this one
+  bool paused = false;                      // until the next generation plan
   bool finished = false;
+  bool stop_requested = false;
+  std::optional<evaluate_msg> pending_eval;  // sent, not yet complete: re-sent to a new generation
   static inline const char* name = "loader";
 };
 

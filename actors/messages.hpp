@@ -3,13 +3,16 @@
 // so they can cross the network, registered in one place
 // (register_message_types). The protocol, by sender:
 //
-//   reducer -> loader   generation_plan, committed_msg, stop_atom
+//   reducer -> loader   generation_plan, committed_msg, eval_done_msg, rollback_msg, pause_msg,
+//                       shares_msg, ledger_atom, stop_atom
+//   reducer -> device   suspend_atom, state_atom, inject_msg (requests / control)
 //   loader  -> device   begin_generation_msg, shard_msg, evaluate_msg,
 //                       snapshot_msg, finish_msg          (one FIFO stream)
 //   loader  -> reducer  step_planned_msg, ledger_snapshot_msg, epoch_ledger_msg,
-//                       work_done_msg
+//                       work_done_msg, paused_msg
 //   device  -> reducer  computed_msg, step_done_msg, evaluated_msg, state_msg,
-//                       device_failed_msg                 (one-way reports)
+//                       device_failed_msg, step_aborted_msg (one-way reports)
+//   engine  -> reducer  add_device_msg, remove_device_msg, inject_msg, stop_atom
 //   reducer -> writer   write_checkpoint_msg; writer -> reducer checkpoint_written_msg
 //   engine  -> reducer -> first member   params_request (high priority)
 //
@@ -30,6 +33,16 @@ namespace dpactor {
 
 using stop_atom = caf::atom_constant<caf::atom("stop")>;
 using start_atom = caf::atom_constant<caf::atom("start")>;
+// reducer -> device: stop and report the last step applied (request).
+using suspend_atom = caf::atom_constant<caf::atom("suspend")>;
+// reducer -> device: the replica's state (request, answered with state_msg).
+using state_atom = caf::atom_constant<caf::atom("state")>;
+// reducer -> loader: the ledger position as it stands (request).
+using ledger_atom = caf::atom_constant<caf::atom("ledger")>;
+// reducer -> itself: periodic hang check.
+using tick_atom = caf::atom_constant<caf::atom("tick")>;
+// reducer -> itself: check whether a member is past its cut deadline.
+using deadline_atom = caf::atom_constant<caf::atom("deadline")>;
 
 // A generation's collective group. Across processes only the descriptor fields
 // travel (the backend and, for NCCL or Gloo, the rendezvous id); in-process the
@@ -90,6 +103,7 @@ struct computed_msg {
   std::int32_t rank = 0;
   std::int64_t samples = 0;
   double compute_s = 0.0;
+  std::vector<std::uint32_t> returned;  // untouched indices of a cut shard
 };
 
 struct step_done_msg {
@@ -124,11 +138,66 @@ struct device_failed_msg {
   std::int64_t step = 0;
   std::int32_t rank = 0;
   std::string what;
+  std::int64_t last_step = -1;  // last step whose update the replica applied
+  std::vector<float> state;     // its state after last_step (a checkpoint of last resort)
+};
+
+// A member's collective call failed (aborted or timed out) in this step.
+struct step_aborted_msg {
+  std::int64_t generation = 0;
+  std::int64_t step = 0;
+  std::int32_t rank = 0;
+  std::string what;
 };
 
 struct committed_msg {
   std::int64_t generation = 0;
   std::int64_t step = 0;
+  std::vector<std::uint32_t> returned;  // cut indices: back to the ledger, not committed
+};
+
+// After a failure: steps up to `through` are in the state source's
+// parameters (commit them, minus their returned indices); later steps are not
+// (hand their indices out again).
+struct rollback_msg {
+  std::int64_t generation = 0;
+  std::int64_t through = -1;
+  std::vector<committed_msg> commits;
+};
+
+// The reducer has every member's result of an evaluation.
+struct eval_done_msg {
+  std::int64_t step = 0;
+  bool epoch_end = false;
+};
+
+// Stop issuing steps after `after` (a graceful membership change follows).
+struct pause_msg {
+  std::int64_t after = 0;
+};
+
+struct paused_msg {
+  std::int64_t last_step = -1;  // the last step issued before the pause
+};
+
+struct shares_msg {
+  std::int64_t generation = 0;
+  std::vector<double> weights;  // rank order, summing to 1
+};
+
+// A device fault injected at run time (Engine::inject).
+struct inject_msg {
+  std::string spec;
+};
+
+// Engine::add_device(): admits a CPU device; the promise gets its name.
+struct add_device_msg {
+  std::shared_ptr<std::promise<std::string>> reply;
+};
+
+struct remove_device_msg {
+  std::string name;
+  std::string reason;
 };
 
 struct step_planned_msg {
@@ -217,7 +286,7 @@ typename Inspector::result_type inspect(Inspector& f, finish_msg& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, computed_msg& x) {
-  return f(caf::meta::type_name("computed_msg"), x.generation, x.step, x.rank, x.samples, x.compute_s);
+  return f(caf::meta::type_name("computed_msg"), x.generation, x.step, x.rank, x.samples, x.compute_s, x.returned);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_done_msg& x) {
@@ -235,11 +304,47 @@ typename Inspector::result_type inspect(Inspector& f, state_msg& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, device_failed_msg& x) {
-  return f(caf::meta::type_name("device_failed_msg"), x.generation, x.step, x.rank, x.what);
+  return f(caf::meta::type_name("device_failed_msg"), x.generation, x.step, x.rank, x.what, x.last_step, x.state);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_aborted_msg& x) {
+  return f(caf::meta::type_name("step_aborted_msg"), x.generation, x.step, x.rank, x.what);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, committed_msg& x) {
-  return f(caf::meta::type_name("committed_msg"), x.generation, x.step);
+  return f(caf::meta::type_name("committed_msg"), x.generation, x.step, x.returned);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, rollback_msg& x) {
+  return f(caf::meta::type_name("rollback_msg"), x.generation, x.through, x.commits);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, eval_done_msg& x) {
+  return f(caf::meta::type_name("eval_done_msg"), x.step, x.epoch_end);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, pause_msg& x) {
+  return f(caf::meta::type_name("pause_msg"), x.after);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, paused_msg& x) {
+  return f(caf::meta::type_name("paused_msg"), x.last_step);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, shares_msg& x) {
+  return f(caf::meta::type_name("shares_msg"), x.generation, x.weights);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, inject_msg& x) {
+  return f(caf::meta::type_name("inject_msg"), x.spec);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, add_device_msg&) {
+  return f(caf::meta::type_name("add_device_msg"));
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, remove_device_msg& x) {
+  return f(caf::meta::type_name("remove_device_msg"), x.name, x.reason);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_planned_msg& x) {

@@ -1,33 +1,41 @@
 #include "actors/reducer.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include <spdlog/spdlog.h>
 
-#include "comms/local.hpp"
 #include "tensors/error.hpp"
 
 namespace dpactor {
 namespace {
 
-using reducer_ptr = caf::stateful_actor<reducer_state>*;
 using clock_type = reducer_state::clock;
 
-double seconds(clock_type::duration d) { return std::chrono::duration<double>(d).count(); }
+// How often the reducer looks for hung members.
+constexpr auto tick_interval = std::chrono::milliseconds(20);
+// Shares are re-sent to the loader when one moves by more than this.
+constexpr double share_resend_threshold = 0.01;
 
+double seconds(clock_type::duration d) { return std::chrono::duration<double>(d).count(); }
 double ratio(double num, double den) { return den > 0.0 ? num / den : 0.0; }
 
-void fail_run(reducer_ptr self, std::exception_ptr error) {
-  auto& st = self->state;
-  if (st.failed) return;
-  st.failed = true;
-  if (st.plan.group.local) st.plan.group.local->abort();
-  st.setup.control->fail(std::move(error));
+std::optional<std::size_t> rank_of(const reducer_state& st, const caf::actor_addr& who) {
+  for (std::size_t r = 0; r < st.members.size(); ++r)
+    if (!st.members[r].gone && st.members[r].handle.actor.address() == who) return r;
+  return std::nullopt;
 }
+
+bool accepting_reports(const reducer_state& st, std::int64_t generation) {
+  return generation == st.plan.generation && !st.failed &&
+         (st.current == reducer_state::phase::running || st.current == reducer_state::phase::pausing);
+}
+
+}  // namespace
 
 void maybe_finish(reducer_ptr self) {
   auto& st = self->state;
-  if (st.failed || !st.work || st.committed < st.work->last_step) return;
+  if (st.failed || st.current != reducer_state::phase::running || !st.work || st.committed < st.work->last_step) return;
   if (!st.final_eval_step || *st.final_eval_step != st.work->last_step) return;
   if (st.work->snapshot && st.last_checkpoint != st.work->last_step) return;
   const auto now = clock_type::now();
@@ -42,15 +50,17 @@ void maybe_finish(reducer_ptr self) {
 void try_write_checkpoint(reducer_ptr self, std::int64_t step) {
   auto& st = self->state;
   auto it = st.checkpoints.find(step);
-  if (it == st.checkpoints.end() || !it->second.state || !it->second.position || !st.setup.writer) return;
+  if (it == st.checkpoints.end() || it->second.sent || !it->second.state || !it->second.position || !st.setup.writer) return;
   write_checkpoint_msg msg;
   msg.step = step;
   msg.epoch = it->second.position->epoch;
   msg.state = std::move(*it->second.state);
-  msg.position = std::move(*it->second.position);
-  it->second.state.reset();  // marks "sent": the entry stays until written
+  msg.position = *it->second.position;
+  it->second.sent = true;
   self->send(st.setup.writer, std::move(msg));
 }
+
+namespace {
 
 void emit_step_event(reducer_ptr self, std::int64_t step, std::int64_t epoch) {
   auto& st = self->state;
@@ -66,37 +76,81 @@ void emit_step_event(reducer_ptr self, std::int64_t step, std::int64_t epoch) {
   e.lr = st.setup.schedule.at(step);
   e.samples_per_s = ratio(static_cast<double>(st.interval.samples), seconds(now - st.interval.since));
   e.generation = st.plan.generation;
+  e.cuts = st.interval_cuts;
+  e.shares = st.throughput.shares();
+  for (std::size_t r = 0; r < st.members.size(); ++r) e.throughput.push_back(st.throughput.throughput(r));
   st.setup.control->emit(e);
-  st.interval = {0.0, 0, 0, 0, now};
+  st.interval = {0.0, 0, 0, now};
+  st.interval_cuts = 0;
 }
 
-void commit(reducer_ptr self, std::int64_t step) {
+void update_shares(reducer_ptr self) {
   auto& st = self->state;
-  auto node = st.steps.extract(step);
-  const auto& tally = node.mapped();
-  if (st.setup.verify_replicas && !tally.checksum) {
-    fail_run(self, std::make_exception_ptr(training_error(
-                       "replicas diverged after step " + std::to_string(step + 1) +
-                       ": parameter checksums differ between members (train.verify_replicas)")));
-    return;
-  }
-  st.committed = step;
-  st.last_commit = clock_type::now();
-  self->send(st.setup.loader, committed_msg{st.plan.generation, step});
+  const auto policy = st.setup.straggler.policy;
+  if (policy != straggler_policy::balance && policy != straggler_policy::balance_cut) return;
+  std::vector<double> shares = st.throughput.shares();
+  bool changed = st.sent_shares.size() != shares.size();
+  for (std::size_t r = 0; !changed && r < shares.size(); ++r)
+    changed = std::abs(shares[r] - st.sent_shares[r]) > share_resend_threshold;
+  if (!changed) return;
+  st.sent_shares = shares;
+  self->send(st.setup.loader, shares_msg{st.plan.generation, std::move(shares)});
+}
+
+}  // namespace
+
+// Adds a committed step's tally to the statistics; returns its commit message.
+committed_msg account_step(reducer_ptr self, std::int64_t step, reducer_state::step_tally&& tally) {
+  auto& st = self->state;
   for (auto* s : {&st.interval, &st.epoch}) {
     s->loss_sum += tally.loss_sum;
     s->correct += tally.correct;
     s->samples += tally.samples;
-    s->steps += 1;
   }
   st.summary.samples += tally.samples;
+  st.summary.requeued += static_cast<std::int64_t>(tally.returned.size());
   ++st.epoch_step;
+  const auto now = clock_type::now();
+  if (st.committed >= 0) st.step_intervals.push(seconds(now - st.last_commit));
+  st.committed = step;
+  st.last_commit = now;
+  st.planned_samples.erase(step);
   if ((step + 1) % st.setup.log_every == 0) emit_step_event(self, step, tally.epoch);
+  return committed_msg{st.plan.generation, step, std::move(tally.returned)};
+}
+
+namespace {
+
+void commit_ready_steps(reducer_ptr self) {
+  auto& st = self->state;
+  const auto size = static_cast<std::int32_t>(st.members.size());
+  while (!st.failed && !st.steps.empty() && st.steps.begin()->first == st.committed + 1 &&
+         st.steps.begin()->second.reported == size) {
+    auto node = st.steps.extract(st.steps.begin());
+    if (st.setup.verify_replicas && node.mapped().checksums_differ) {
+      fail_run(self, std::make_exception_ptr(training_error(
+                         "replicas diverged after step " + std::to_string(node.key() + 1) +
+                         ": parameter checksums differ between members (train.verify_replicas)")));
+      return;
+    }
+    self->send(st.setup.loader, account_step(self, node.key(), std::move(node.mapped())));
+    if (st.fault_time) {
+      const double ms = seconds(st.last_commit - *st.fault_time) * 1000.0;
+      st.summary.max_recovery_ms = std::max(st.summary.max_recovery_ms, ms);
+      spdlog::info("recovered: step {} committed {:.1f} ms after the fault", st.committed + 1, ms);
+      st.setup.control->emit(recovery_event{st.plan.generation, st.committed + 1, ms, st.requeued_by_fault});
+      st.fault_time.reset();
+    }
+  }
+  update_shares(self);
+  check_pause_complete(self);
   maybe_finish(self);
 }
 
 void on_evaluation_complete(reducer_ptr self, std::int64_t step, bool epoch_end, const reducer_state::eval_tally& t) {
   auto& st = self->state;
+  self->send(st.setup.loader, eval_done_msg{step, epoch_end});
+  st.eval_outstanding = false;
   const double test_loss = ratio(t.loss_sum, static_cast<double>(t.samples));
   const double test_accuracy = ratio(static_cast<double>(t.correct), static_cast<double>(t.samples));
   st.summary.test_loss = test_loss;
@@ -117,80 +171,117 @@ void on_evaluation_complete(reducer_ptr self, std::int64_t step, bool epoch_end,
     if (auto it = st.epoch_ledgers.find(t.epoch); it != st.epoch_ledgers.end()) e.requeued = it->second.requeued;
     st.summary.epochs = t.epoch + 1;
     st.setup.control->emit(e);
-    st.epoch = {0.0, 0, 0, 0, now};
+    st.epoch = {0.0, 0, 0, now};
     st.epoch_step = 0;
   }
   maybe_finish(self);
 }
 
-void start_generation(reducer_ptr self) {
+void start(reducer_ptr self) {
   auto& st = self->state;
-  st.plan.generation = 0;
-  st.plan.reducer = self;
-  st.plan.members = st.setup.devices;
-  st.plan.state_source = 0;
-  st.plan.group.backend = "local";
-  st.plan.group.generation = 0;
-  st.plan.group.local = make_local_group(static_cast<int>(st.plan.members.size()));
-  for (const auto& d : st.plan.members) self->monitor(d);
+  for (const auto& d : st.setup.devices) {
+    st.members.push_back({d, st.setup.start_step - 1, clock_type::now(), clock_type::now()});
+    st.every_device.push_back(d.actor);
+    self->monitor(d.actor);
+    st.next_device_id = std::max(st.next_device_id, d.id + 1);
+  }
   st.train_start = st.last_commit = clock_type::now();
   st.interval.since = st.epoch.since = st.train_start;
-  spdlog::info("generation 0: {} members ({})", st.plan.members.size(), fmt::join(st.setup.device_names, ", "));
-  st.setup.control->emit(membership_event{0, st.setup.start_step, st.setup.device_names, "start"});
-  self->send(st.setup.loader, st.plan);
+  st.change_reasons = {"start"};
+  st.plan.generation = -1;
+  form_generation(self, 0);
+  request_graceful_change(self);  // planned joins and leaves, if any
+  self->send(self, tick_atom::value);
 }
 
 }  // namespace
 
+void fail_run(reducer_ptr self, std::exception_ptr error) {
+  auto& st = self->state;
+  if (st.failed) return;
+  st.failed = true;
+  if (st.plan.group.local) st.plan.group.local->abort();
+  st.setup.control->fail(std::move(error));
+}
+
 caf::behavior reducer_actor(caf::stateful_actor<reducer_state>* self, reducer_setup setup) {
-  self->state.setup = std::move(setup);
-  self->state.committed = self->state.setup.start_step - 1;
+  auto& st = self->state;
+  st.setup = std::move(setup);
+  st.committed = st.setup.start_step - 1;
+  st.throughput = throughput_tracker(st.setup.straggler.smoothing, st.setup.devices.size());
+  st.planned_changes = st.setup.membership_faults;
+  std::sort(st.planned_changes.begin(), st.planned_changes.end(),
+            [](const fault_spec& a, const fault_spec& b) { return a.step < b.step; });
   self->set_down_handler([self](const caf::down_msg& msg) {
     auto& st = self->state;
     if (st.failed || st.setup.control->done()) return;
-    const auto it = std::find(st.plan.members.begin(), st.plan.members.end(), msg.source);
-    if (it == st.plan.members.end()) return;
-    const auto rank = static_cast<std::size_t>(it - st.plan.members.begin());
-    fail_run(self, std::make_exception_ptr(training_error("device " + st.setup.device_names.at(rank) +
-                                                           " exited unexpectedly: " + caf::to_string(msg.reason))));
+    if (const auto rank = rank_of(st, msg.source))
+      handle_fault(self, rank, "exited: " + caf::to_string(msg.reason));
+  });
+  self->set_exit_handler([self](const caf::exit_msg& msg) {
+    // Shutdown: take every device ever spawned along, joined ones included.
+    for (const auto& d : self->state.every_device) self->send_exit(d, msg.reason);
+    self->quit(msg.reason);
   });
   return {
-      [self](start_atom) { start_generation(self); },
-      [](const step_planned_msg&) {},
-      [](const computed_msg&) {},
+      [self](start_atom) { start(self); },
+      [self](const step_planned_msg& msg) {
+        auto& st = self->state;
+        st.planned = std::max(st.planned, msg.step);
+        st.planned_samples[msg.step] = msg.samples;
+      },
+      [self](computed_msg& msg) {
+        auto& st = self->state;
+        if (!accepting_reports(st, msg.generation)) return;
+        const auto r = static_cast<std::size_t>(msg.rank);
+        st.members.at(r).last_heard = clock_type::now();
+        st.throughput.record(r, msg.samples, msg.compute_s, msg.returned.empty());
+        auto& tally = st.steps[msg.step];
+        tally.computed.insert(msg.rank);
+        if (!msg.returned.empty()) {
+          ++st.interval_cuts;
+          ++st.summary.cuts;
+          tally.returned.insert(tally.returned.end(), msg.returned.begin(), msg.returned.end());
+        }
+        if (tally.computed.size() + 1 == st.members.size()) schedule_cut(self, msg.step);
+      },
       [self](const step_done_msg& msg) {
         auto& st = self->state;
-        if (msg.generation != st.plan.generation || st.failed) return;
+        if (!accepting_reports(st, msg.generation)) return;
+        auto& m = st.members.at(static_cast<std::size_t>(msg.rank));
+        m.last_done = msg.step;
+        m.last_heard = m.step_started = clock_type::now();
         auto& tally = st.steps[msg.step];
         tally.epoch = msg.epoch;
         tally.loss_sum += msg.loss_sum;
         tally.correct += msg.correct;
         tally.samples += msg.samples;
         if (tally.reported == 0) tally.checksum = msg.checksum;
-        else if (tally.checksum && *tally.checksum != msg.checksum) tally.checksum.reset();
-        if (++tally.reported == static_cast<std::int32_t>(st.plan.members.size())) {
-          // Members finish steps in order, so commits go out in order too.
-          while (!st.steps.empty() && st.steps.begin()->second.reported == static_cast<std::int32_t>(st.plan.members.size()) &&
-                 st.steps.begin()->first == st.committed + 1 && !st.failed)
-            commit(self, st.steps.begin()->first);
-        }
+        else if (*tally.checksum != msg.checksum) tally.checksums_differ = true;
+        ++tally.reported;
+        commit_ready_steps(self);
       },
       [self](const evaluated_msg& msg) {
         auto& st = self->state;
-        if (msg.generation != st.plan.generation || st.failed) return;
+        if (!accepting_reports(st, msg.generation)) return;
+        st.members.at(static_cast<std::size_t>(msg.rank)).last_heard = clock_type::now();
         const auto key = std::pair{msg.step, msg.epoch_end};
         auto& t = st.evals[key];
         t.epoch = msg.epoch;
         t.loss_sum += msg.loss_sum;
         t.correct += msg.correct;
         t.samples += msg.samples;
-        if (++t.reported == static_cast<std::int32_t>(st.plan.members.size())) {
+        if (++t.reported == static_cast<std::int32_t>(st.members.size())) {
           const auto done = t;
           st.evals.erase(key);
           on_evaluation_complete(self, msg.step, msg.epoch_end, done);
         }
       },
-      [self](const epoch_ledger_msg& msg) { self->state.epoch_ledgers[msg.epoch] = msg; },
+      [self](const epoch_ledger_msg& msg) {
+        auto& st = self->state;
+        st.epoch_ledgers[msg.epoch] = msg;
+        st.eval_outstanding = true;
+      },
       [self](state_msg& msg) {
         auto& st = self->state;
         st.checkpoints[msg.step].state = std::move(msg.state);
@@ -211,17 +302,71 @@ caf::behavior reducer_actor(caf::stateful_actor<reducer_state>* self, reducer_se
         spdlog::info("checkpoint written: {}", msg.path);
         st.summary.checkpoint = msg.path;
         st.last_checkpoint = msg.step;
+        if (st.current == reducer_state::phase::stopping) {
+          fail_run(self, std::make_exception_ptr(training_error(st.stop_message + "; checkpoint written to " + msg.path)));
+          return;
+        }
         st.setup.control->emit(checkpoint_event{msg.step + 1, msg.path});
         maybe_finish(self);
       },
       [self](const work_done_msg& msg) {
         self->state.work = msg;
+        self->state.eval_outstanding = true;
         maybe_finish(self);
       },
-      [self](const device_failed_msg& msg) {
+      [self](device_failed_msg& msg) {
         auto& st = self->state;
-        if (msg.generation != st.plan.generation) return;
-        fail_run(self, std::make_exception_ptr(training_error("step " + std::to_string(msg.step + 1) + ": " + msg.what)));
+        if (!st.rescue_state || st.rescue_state->first < msg.last_step)
+          if (!msg.state.empty()) st.rescue_state.emplace(msg.last_step, std::move(msg.state));
+        if (msg.generation != st.plan.generation || st.members.at(static_cast<std::size_t>(msg.rank)).gone) return;
+        handle_fault(self, static_cast<std::size_t>(msg.rank), "failed: " + msg.what);
+      },
+      [self](const step_aborted_msg& msg) {
+        auto& st = self->state;
+        // After the reducer's own abort, survivors' failed collectives are expected.
+        if (!accepting_reports(st, msg.generation)) return;
+        handle_fault(self, std::nullopt, "collective failed at step " + std::to_string(msg.step + 1) + ": " + msg.what);
+      },
+      [self](const paused_msg& msg) {
+        auto& st = self->state;
+        if (st.current != reducer_state::phase::pausing) return;
+        st.pause_point = msg.last_step;
+        check_pause_complete(self);
+      },
+      [self](tick_atom) {
+        check_hangs(self);
+        if (!self->state.failed) self->delayed_send(self, tick_interval, tick_atom::value);
+      },
+      [self](deadline_atom, std::int64_t generation, std::int64_t step, std::int32_t rank) {
+        apply_cut(self, generation, step, rank);
+      },
+      [self](const add_device_msg& msg) {
+        auto& st = self->state;
+        ++st.pending_joins;
+        st.join_replies.push_back(msg.reply);
+        request_graceful_change(self);
+      },
+      [self](const remove_device_msg& msg) {
+        auto& st = self->state;
+        const bool known = std::any_of(st.members.begin(), st.members.end(),
+                                       [&](const auto& m) { return m.handle.name == msg.name; });
+        if (!known) {
+          spdlog::warn("remove_device: {} is not a member", msg.name);
+          return;
+        }
+        st.pending_leaves.push_back(msg.name);
+        request_graceful_change(self);
+      },
+      [self](const inject_msg& msg) {
+        auto& st = self->state;
+        const fault_spec f = parse_fault_spec(msg.spec);
+        if (!is_device_fault(f)) {
+          st.planned_changes.push_back(f);
+          request_graceful_change(self);
+          return;
+        }
+        for (const auto& m : st.members)
+          if (m.handle.id == f.device) self->send(m.handle.actor, msg);
       },
       [self](stop_atom) {
         auto& st = self->state;
@@ -231,13 +376,13 @@ caf::behavior reducer_actor(caf::stateful_actor<reducer_state>* self, reducer_se
       },
       [self](params_request& req) {
         auto& st = self->state;
-        if (st.plan.members.empty()) {
+        if (st.members.empty()) {
           req.reply->set_exception(std::make_exception_ptr(std::runtime_error("the generation has no members")));
           return;
         }
         // High priority: answered at the member's next step boundary, ahead of
         // the shards already queued for it.
-        self->send<caf::message_priority::high>(st.plan.members.front(), std::move(req));
+        self->send<caf::message_priority::high>(st.members.front().handle.actor, std::move(req));
       },
   };
 }

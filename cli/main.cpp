@@ -16,6 +16,7 @@
 
 #include "actors/config_file.hpp"
 #include "actors/engine.hpp"
+#include "actors/fault_plan.hpp"
 #include "cli/gpu_discovery.hpp"
 #include "cli/metrics_file.hpp"
 #include "cli/options.hpp"
@@ -50,6 +51,8 @@ int run(int argc, char** argv, cli::signal_watch& signals) {
     gpus = cli::select_gpus(opts.gpus);
     if (opts.cpus) opts.sets.push_back("cluster.cpus=" + std::to_string(*opts.cpus));
     config = load_job_config(opts.model, opts.sets);
+    parse_fault_specs(opts.inject);  // a bad spec is a usage error naming it
+    config.faults.inject.insert(config.faults.inject.end(), opts.inject.begin(), opts.inject.end());
   } catch (const std::invalid_argument& e) {
     return fail(e.what(), 2);
   }
@@ -79,9 +82,6 @@ int run(int argc, char** argv, cli::signal_watch& signals) {
   engine.on_event([&](const event& e) {
     if (metrics) metrics->write(to_json(e));
     if (!opts.quiet) progress.on_event(e);
-    if (const auto* m = std::get_if<membership_event>(&e); m && m->reason != "start")
-      spdlog::warn("membership changed at step {}: generation {} ({}), {} members", m->step, m->generation, m->reason,
-                   m->members.size());
   });
   signals.start([&engine](int sig) {
     spdlog::warn("received {}: stopping at the next step boundary and writing a checkpoint (again to abort)",

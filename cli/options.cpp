@@ -26,6 +26,10 @@ std::optional<int> parse_options(int argc, char** argv, options& out) {
   app.add_option("--set", out.sets, "Override any config key, e.g. --set optimizer.lr=0.05 (repeatable)")
       ->type_name("SECTION.KEY=VALUE")
       ->take_all();
+  app.add_option("--inject", out.inject,
+                 "Inject a fault (repeatable): fail:R@S, hang:R@S, slow:R:F[@S], jitter:R:P:MS, leave:R@S, join:cpu@S")
+      ->type_name("SPEC")
+      ->take_all();
   app.add_option("--checkpoint-dir", checkpoint_dir, "Override train.checkpoint_dir")->type_name("DIR");
   app.add_option("--checkpoint-every", checkpoint_every, "Override train.checkpoint_every")->type_name("STEPS");
   app.add_option("--resume", out.resume, "Continue from a checkpoint directory (or a root holding 'latest')")

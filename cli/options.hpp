@@ -12,6 +12,7 @@ struct options {
   std::string gpus = "all";      // --gpus all|N|LIST
   std::optional<int> cpus;       // --cpus N
   std::vector<std::string> sets; // --set and the dedicated flags, as section.key=value
+  std::vector<std::string> inject; // --inject fault specs, added to faults.inject
   std::string resume;            // --resume DIR
   std::string init_from;         // --init-from FILE
   std::string metrics;           // --metrics FILE

@@ -18,7 +18,8 @@ constexpr std::size_t chunk_alignment = 16;  // floats
 constexpr std::size_t reduce_block = 512;
 
 struct shared_state {
-  explicit shared_state(int n) : ranks(n), barrier(n), buffers(static_cast<std::size_t>(n)), sizes(static_cast<std::size_t>(n)),
+  shared_state(int n, const local_group_options& o)
+      : ranks(n), barrier(n, o.spin_time, o.oversubscribed), buffers(static_cast<std::size_t>(n)), sizes(static_cast<std::size_t>(n)),
                                  roots(static_cast<std::size_t>(n)) {}
   const int ranks;
   spin_barrier barrier;
@@ -137,7 +138,7 @@ class local_endpoint final : public collective {
 
 class local_group final : public collective_group {
  public:
-  explicit local_group(int ranks) : state_(std::make_shared<shared_state>(ranks)) {}
+  local_group(int ranks, const local_group_options& o) : state_(std::make_shared<shared_state>(ranks, o)) {}
   int size() const noexcept override { return state_->ranks; }
   std::unique_ptr<collective> endpoint(int rank) override { return std::make_unique<local_endpoint>(state_, rank); }
   void abort() override {
@@ -153,6 +154,8 @@ class local_group final : public collective_group {
 
 }  // namespace
 
-std::shared_ptr<collective_group> make_local_group(int ranks) { return std::make_shared<local_group>(ranks); }
+std::shared_ptr<collective_group> make_local_group(int ranks, local_group_options options) {
+  return std::make_shared<local_group>(ranks, options);
+}
 
 }  // namespace dpactor

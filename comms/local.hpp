@@ -5,6 +5,7 @@
 // 0..n-1 and the others copy it, so every rank ends with bitwise the same sum
 // (See Note [Bitwise identical replicas]). No sockets, no staging copies.
 
+#include <chrono>
 #include <memory>
 
 #include "comms/collective.hpp"
@@ -18,6 +19,13 @@ namespace dpactor {
 // sums in its own order. Backends that cannot promise this (NCCL does, for a
 // fixed communicator and size) must say so.
 
-std::shared_ptr<collective_group> make_local_group(int ranks);
+struct local_group_options {
+  // How long a rank spins at a barrier before it sleeps.
+  std::chrono::microseconds spin_time{200};
+  // Set when there are more ranks than cores: spinning then yields the core.
+  bool oversubscribed = false;
+};
+
+std::shared_ptr<collective_group> make_local_group(int ranks, local_group_options options = {});
 
 }  // namespace dpactor

@@ -25,12 +25,17 @@ spin_barrier::result spin_barrier::arrive_and_wait(clock::time_point deadline) {
     }
     return result::passed;
   }
-  const auto spin_until = clock::now() + spin_time;
+  const auto spin_until = clock::now() + spin_time_;
   for (int i = 0;; ++i) {
     if (generation_.load(std::memory_order_acquire) != gen) return result::passed;
     if (aborted()) return result::aborted;
-    if ((i & 63) == 63 && clock::now() >= spin_until) break;
-    DPACTOR_CPU_RELAX();
+    if (yield_) {
+      if (clock::now() >= spin_until) break;
+      std::this_thread::yield();
+    } else {
+      if ((i & 63) == 63 && clock::now() >= spin_until) break;
+      DPACTOR_CPU_RELAX();
+    }
   }
   std::unique_lock lock(mutex_);
   sleepers_.fetch_add(1, std::memory_order_seq_cst);

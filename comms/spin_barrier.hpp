@@ -17,12 +17,15 @@ class spin_barrier {
   enum class result { passed, aborted, timed_out };
   using clock = std::chrono::steady_clock;
 
-  // How long an arriving thread spins before it sleeps. Long enough to cover
-  // the arrival skew of balanced replicas, short enough not to steal a core
-  // from a replica that shares it.
-  static constexpr std::chrono::microseconds spin_time{200};
+  // How long an arriving thread spins before it sleeps by default: long
+  // enough to cover the arrival skew of balanced replicas.
+  static constexpr std::chrono::microseconds default_spin_time{200};
 
-  explicit spin_barrier(int parties) : parties_(parties) {}
+  // `yield_while_spinning`: for more threads than cores, spin by yielding the
+  // core (sched_yield) so that a rank that has not arrived yet can run.
+  explicit spin_barrier(int parties, std::chrono::microseconds spin_time = default_spin_time,
+                        bool yield_while_spinning = false)
+      : parties_(parties), spin_time_(spin_time), yield_(yield_while_spinning) {}
 
   result arrive_and_wait(clock::time_point deadline);
   // Wakes every waiter with result::aborted, now and for every later arrival.
@@ -31,6 +34,8 @@ class spin_barrier {
 
  private:
   const int parties_;
+  const std::chrono::microseconds spin_time_;
+  const bool yield_;
   std::atomic<int> arrived_{0};
   std::atomic<std::uint64_t> generation_{0};
   std::atomic<int> sleepers_{0};

@@ -68,6 +68,15 @@ void epoch_ledger::requeue(std::span<const std::uint32_t> indices) {
   requeued_total_ += indices.size();
 }
 
+void epoch_ledger::requeue_front(std::span<const std::uint32_t> indices) {
+  for (const auto index : indices)
+    if (index >= state_.size() || state_[index] != index_state::handed_out)
+      throw ledger_error("ledger: re-queue of index " + std::to_string(index) + " that is not handed out");
+  for (const auto index : indices) state_[index] = index_state::waiting;
+  front_.insert(front_.begin() + static_cast<std::ptrdiff_t>(front_head_), indices.begin(), indices.end());
+  requeued_total_ += indices.size();
+}
+
 void epoch_ledger::commit(std::span<const std::uint32_t> indices) {
   for (const auto index : indices) {
     if (index >= state_.size())

@@ -43,8 +43,11 @@ class epoch_ledger {
 
   // Hands out up to n indices, re-queued ones first, into `out` (appended).
   void take(std::size_t n, std::vector<std::uint32_t>& out);
-  // Returns handed-out indices to be handed out again later this epoch.
+  // Returns handed-out indices to be handed out again later this epoch,
+  // after those already waiting to be handed out again.
   void requeue(std::span<const std::uint32_t> indices);
+  // The same, but ahead of every other re-queued index, in the given order.
+  void requeue_front(std::span<const std::uint32_t> indices);
   // Marks handed-out indices as trained. Throws ledger_error if one was not
   // handed out or is already committed.
   void commit(std::span<const std::uint32_t> indices);

@@ -37,8 +37,8 @@ class Cli : public ::testing::Test {
     const std::string data_section = data.empty() ? "train_images = \"" + images + "\"\ntrain_labels = \"" + labels +
                                                         "\"\ntest_images = \"" + images + "\"\ntest_labels = \"" + labels + "\"\n"
                                                   : data;
-    testing::write_text(dir / "job.cfg", "[model]\nlayers = [8, 6, 3]\n[data]\n" + data_section +
-                                             "[train]\nepochs = 2\nbatch_size = 8\n" + extra);
+    testing::write_text(dir / "job.cfg", "[straggler]\npolicy = \"none\"\n[model]\nlayers = [8, 6, 3]\n[data]\n" +
+                                             data_section + "[train]\nepochs = 2\nbatch_size = 8\n" + extra);
   }
 
   // Runs dpactor and checks the exit code and a fragment of its output, and
@@ -87,17 +87,17 @@ TEST_F(Cli, UsageErrorsExitTwo) {
 
 TEST_F(Cli, MalformedToml) {
   write_config("epochs = = 3\n");
-  expect_failure({"--model", "job.cfg"}, 2, "job.cfg:11:10: malformed TOML");
+  expect_failure({"--model", "job.cfg"}, 2, "job.cfg:13:10: malformed TOML");
 }
 
 TEST_F(Cli, UnknownKey) {
   write_config("learning_rate = 0.1\n");
-  expect_failure({"--model", "job.cfg"}, 2, "job.cfg:11:17: train.learning_rate: unknown key");
+  expect_failure({"--model", "job.cfg"}, 2, "job.cfg:13:17: train.learning_rate: unknown key");
 }
 
 TEST_F(Cli, WrongType) {
   write_config("seed = \"forty-two\"\n");
-  expect_failure({"--model", "job.cfg"}, 2, "job.cfg:11:8: train.seed: expected an integer, found a string");
+  expect_failure({"--model", "job.cfg"}, 2, "job.cfg:13:8: train.seed: expected an integer, found a string");
 }
 
 TEST_F(Cli, NegativeLearningRate) {

@@ -25,7 +25,8 @@ class scratch_dir {
   std::filesystem::path path_;
 };
 
-// A small synthetic classification job: 16 features, 4 classes, fast.
+// A small synthetic classification job: 16 features, 4 classes, fast;
+// straggler.policy = none, so its arithmetic does not depend on timing.
 job_config small_job(std::int64_t replicas, std::int64_t batch, std::int64_t train_rows = 1024);
 
 // The bytes of an IDX file: magic 0x0000<type><ndims>, big-endian dims, values.

@@ -1,0 +1,38 @@
+#pragma once
+// Fault injection, deterministic by step (docs/faults.md). Specs come from
+// `--inject SPEC`, `[faults] inject = [...]` and Engine::inject():
+//   fail:R@S        device R throws during step S
+//   hang:R@S        device R blocks in step S until its generation is aborted
+//   slow:R:F[@S]    from step S (default 1), device R's compute takes F times as long
+//   jitter:R:P:MS   each step, with probability P (seeded), device R takes MS ms longer
+//   leave:R@S       device R leaves gracefully before step S
+//   join:cpu@S      a new CPU device joins before step S
+// R is a device number (cpu:R), stable across generations; S counts optimizer
+// steps from 1, as step records do.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dpactor {
+
+enum class fault_kind { fail, hang, slow, jitter, leave, join };
+
+struct fault_spec {
+  fault_kind kind = fault_kind::fail;
+  int device = 0;           // -1 for join
+  std::int64_t step = 1;    // 1-based step number
+  double factor = 1.0;      // slow
+  double probability = 0.0; // jitter
+  double delay_ms = 0.0;    // jitter
+  std::string text;         // as written, for messages
+};
+
+// Throws config_error naming the spec and what is wrong with it.
+fault_spec parse_fault_spec(const std::string& text);
+std::vector<fault_spec> parse_fault_specs(const std::vector<std::string>& texts);
+
+// Faults that act inside a device's steps (fail, hang, slow, jitter).
+bool is_device_fault(const fault_spec& f) noexcept;
+
+}  // namespace dpactor

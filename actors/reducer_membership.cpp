@@ -1,0 +1,366 @@
+// The reducer's membership authority: generations, faults, graceful joins and
+// leaves, hang detection and cuts. See Note [Generations] in reducer.hpp.
+
+#include <algorithm>
+#include <sstream>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "actors/reducer.hpp"
+#include "comms/local.hpp"
+#include "tensors/error.hpp"
+
+namespace dpactor {
+namespace {
+
+using clock_type = reducer_state::clock;
+using phase = reducer_state::phase;
+
+// Time a stopping reducer gives a member or the loader to answer.
+constexpr auto stop_request_timeout = std::chrono::seconds(30);
+
+double seconds(clock_type::duration d) { return std::chrono::duration<double>(d).count(); }
+
+caf::duration as_duration(double s) {
+  return caf::duration{std::chrono::microseconds(static_cast<std::int64_t>(s * 1e6))};
+}
+
+std::string joined(const std::vector<std::string>& parts) {
+  std::string out;
+  for (const auto& p : parts) out += (out.empty() ? "" : "; ") + p;
+  return out;
+}
+
+std::size_t live_members(const reducer_state& st) {
+  return static_cast<std::size_t>(std::count_if(st.members.begin(), st.members.end(), [](const auto& m) { return !m.gone; }));
+}
+
+// Takes a member out: it gets an exit (a hung thread acts on it when it wakes).
+void remove_member(reducer_ptr self, std::size_t rank, const std::string& reason) {
+  auto& st = self->state;
+  auto& m = st.members.at(rank);
+  if (m.gone) return;
+  m.gone = true;
+  self->demonitor(m.handle.actor);
+  self->send_exit(m.handle.actor, caf::exit_reason::user_shutdown);
+  st.awaiting_suspend.erase(m.handle.id);
+  st.change_reasons.push_back(m.handle.name + " " + reason);
+  spdlog::debug("{} removed: {}", m.handle.name, reason);
+}
+
+void stop_below_minimum(reducer_ptr self, std::int64_t step, std::optional<caf::actor> source);
+
+// Spawns the devices waiting to join; they adopt the state by broadcast.
+void admit_joins(reducer_ptr self) {
+  auto& st = self->state;
+  for (; st.pending_joins > 0; --st.pending_joins) {
+    member_handle h = st.setup.spawn_device(st.next_device_id++);
+    self->monitor(h.actor);
+    st.every_device.push_back(h.actor);
+    st.change_reasons.push_back(h.name + " joined");
+    st.members.push_back({h, st.committed, clock_type::now(), clock_type::now()});
+    if (!st.join_replies.empty()) {
+      st.join_replies.front()->set_value(h.name);
+      st.join_replies.erase(st.join_replies.begin());
+    }
+  }
+}
+
+void finish_recovery(reducer_ptr self) {
+  auto& st = self->state;
+  // The state source: the most advanced survivor, the oldest on a tie.
+  std::optional<std::size_t> source;
+  std::int64_t through = st.committed;
+  for (std::size_t r = 0; r < st.members.size(); ++r) {
+    if (st.members[r].gone) continue;
+    const std::int64_t last = st.suspend_replies.at(st.members[r].handle.id);
+    if (!source || last > through) {
+      source = r;
+      through = std::max(through, last);
+    }
+  }
+  if (!source && st.rescue_state) through = std::max(through, st.rescue_state->first);
+
+  // Steps up to `through` are in the state source's parameters: commit them.
+  rollback_msg rollback{st.plan.generation, through, {}};
+  for (std::int64_t s = st.committed + 1; s <= through; ++s) {
+    auto it = st.steps.find(s);
+    reducer_state::step_tally tally = it == st.steps.end() ? reducer_state::step_tally{} : std::move(it->second);
+    rollback.commits.push_back(account_step(self, s, std::move(tally)));
+  }
+  st.requeued_by_fault = 0;
+  for (const auto& [s, samples] : st.planned_samples)
+    if (s > through) st.requeued_by_fault += samples;
+  st.summary.requeued += st.requeued_by_fault;
+  st.planned_samples.clear();
+  st.planned = through;
+  st.steps.clear();
+  st.evals.clear();
+  self->send(st.setup.loader, std::move(rollback));
+  if (st.work && st.work->last_step > through) {
+    st.work.reset();
+    st.final_eval_step.reset();
+  }
+  for (auto it = st.checkpoints.begin(); it != st.checkpoints.end();) {
+    const bool keep = it->second.sent || (it->second.state && it->second.position) ||
+                      (st.work && it->first == st.work->last_step && it->first <= through);
+    it = keep && it->first <= through ? std::next(it) : st.checkpoints.erase(it);
+  }
+
+  if (!source) {
+    stop_below_minimum(self, through, std::nullopt);
+    return;
+  }
+  // Apply the graceful changes that were waiting, then form the generation.
+  const caf::actor source_actor = st.members[*source].handle.actor;
+  for (const auto& name : std::exchange(st.pending_leaves, {}))
+    for (std::size_t r = 0; r < st.members.size(); ++r)
+      if (st.members[r].handle.name == name && !st.members[r].gone && st.members[r].handle.actor != source_actor)
+        remove_member(self, r, "left");
+  std::erase_if(st.members, [](const auto& m) { return m.gone; });
+  admit_joins(self);
+  if (st.members.size() < static_cast<std::size_t>(st.setup.min_devices)) {
+    stop_below_minimum(self, through, source_actor);
+    return;
+  }
+  const auto it = std::find_if(st.members.begin(), st.members.end(), [&](const auto& m) { return m.handle.actor == source_actor; });
+  form_generation(self, static_cast<std::int32_t>(it - st.members.begin()));
+  request_graceful_change(self);
+}
+
+void check_recovery_complete(reducer_ptr self) {
+  auto& st = self->state;
+  if (st.current == phase::recovering && st.awaiting_suspend.empty()) finish_recovery(self);
+}
+
+void on_suspend_reply(reducer_ptr self, std::int64_t generation, int id, std::int64_t last_step) {
+  auto& st = self->state;
+  if (st.current != phase::recovering || generation != st.plan.generation || !st.awaiting_suspend.count(id)) return;
+  st.awaiting_suspend.erase(id);
+  st.suspend_replies[id] = last_step;
+  check_recovery_complete(self);
+}
+
+void on_suspend_failed(reducer_ptr self, std::int64_t generation, int id, const std::string& why) {
+  auto& st = self->state;
+  if (st.current != phase::recovering || generation != st.plan.generation || !st.awaiting_suspend.count(id)) return;
+  for (std::size_t r = 0; r < st.members.size(); ++r)
+    if (st.members[r].handle.id == id) remove_member(self, r, "hung: did not answer after the abort (" + why + ")");
+  check_recovery_complete(self);
+}
+
+void write_stop_checkpoint(reducer_ptr self, std::int64_t step, std::vector<float> state) {
+  auto& st = self->state;
+  if (!st.setup.writer) {
+    fail_run(self, std::make_exception_ptr(training_error(st.stop_message + "; no checkpoint: train.checkpoint_dir is empty")));
+    return;
+  }
+  self->request(st.setup.loader, stop_request_timeout, ledger_atom::value)
+      .then(
+          [self, step, state = std::move(state)](ledger_snapshot_msg& ledger) mutable {
+            write_checkpoint_msg msg{step, ledger.position.epoch, true, std::move(state), std::move(ledger.position)};
+            self->send(self->state.setup.writer, std::move(msg));
+          },
+          [self](caf::error& err) {
+            fail_run(self, std::make_exception_ptr(training_error(self->state.stop_message + "; no checkpoint: the loader did not answer (" +
+                                                                  caf::to_string(err) + ")")));
+          });
+}
+
+void stop_below_minimum(reducer_ptr self, std::int64_t step, std::optional<caf::actor> source) {
+  auto& st = self->state;
+  st.current = phase::stopping;
+  std::ostringstream why;
+  why << "training stopped after step " << step + 1 << ": " << live_members(st) << " device"
+      << (live_members(st) == 1 ? "" : "s") << " left, fewer than cluster.min_devices = " << st.setup.min_devices
+      << " (" << joined(st.change_reasons) << ")";
+  st.stop_message = why.str();
+  spdlog::error("{}", st.stop_message);
+  if (source) {
+    self->request(*source, stop_request_timeout, state_atom::value)
+        .then([self, step](state_msg& s) { write_stop_checkpoint(self, step, std::move(s.state)); },
+              [self, step](caf::error&) {
+                auto& st = self->state;
+                if (st.rescue_state) write_stop_checkpoint(self, st.rescue_state->first, st.rescue_state->second);
+                else fail_run(self, std::make_exception_ptr(training_error(st.stop_message + "; no replica state left to checkpoint")));
+                (void)step;
+              });
+  } else if (st.rescue_state) {
+    write_stop_checkpoint(self, st.rescue_state->first, st.rescue_state->second);
+  } else {
+    fail_run(self, std::make_exception_ptr(training_error(st.stop_message + "; no replica state left to checkpoint")));
+  }
+}
+
+}  // namespace
+
+double hang_timeout(const reducer_state& st) {
+  if (st.setup.hang_timeout_s > 0.0) return st.setup.hang_timeout_s;
+  return std::max(1.0, 20.0 * st.step_intervals.median());
+}
+
+void form_generation(reducer_ptr self, std::int32_t state_source) {
+  auto& st = self->state;
+  const auto now = clock_type::now();
+  st.plan.generation += 1;
+  st.plan.reducer = self;
+  st.plan.members.clear();
+  for (auto& m : st.members) {
+    st.plan.members.push_back(m.handle.actor);
+    m.last_heard = m.step_started = now;
+    m.last_done = st.committed;
+    m.handle.control->cut_step.store(-1);
+  }
+  st.plan.state_source = state_source;
+  local_group_options group_options;
+  group_options.oversubscribed = st.members.size() > std::max(1u, std::thread::hardware_concurrency());
+  st.plan.group = group_ticket{"local", st.plan.generation, "",
+                               make_local_group(static_cast<int>(st.members.size()), group_options)};
+  st.throughput.reset(st.members.size());
+  st.sent_shares.clear();
+  st.steps.clear();
+  st.evals.clear();
+  st.pause_point.reset();
+  st.suspend_replies.clear();
+  st.awaiting_suspend.clear();
+  st.current = phase::running;
+
+  membership_event e;
+  e.generation = st.plan.generation;
+  e.step = st.committed + 1;
+  for (const auto& m : st.members) {
+    e.members.push_back(m.handle.name);
+    e.actor_ids.push_back(m.handle.actor.id());
+  }
+  e.reason = joined(st.change_reasons);
+  st.change_reasons.clear();
+  std::string names;
+  for (const auto& n : e.members) names += (names.empty() ? "" : ", ") + n;
+  if (e.generation == 0) {
+    spdlog::info("generation 0: {} members ({})", e.members.size(), names);
+  } else {
+    ++st.summary.membership_changes;
+    spdlog::warn("generation {} from step {}: {} members ({}); {}", e.generation, e.step + 1, e.members.size(), names, e.reason);
+  }
+  st.setup.control->emit(e);
+  self->send(st.setup.loader, st.plan);
+
+  // The final checkpoint's state went with a member that is gone: ask again.
+  if (st.work && st.work->snapshot && st.last_checkpoint != st.work->last_step && st.committed >= st.work->last_step) {
+    auto& pending = st.checkpoints[st.work->last_step];
+    if (!pending.state && !pending.sent)
+      self->request(st.members.front().handle.actor, stop_request_timeout, state_atom::value)
+          .then([self](state_msg& s) { self->send(self, std::move(s)); }, [](caf::error&) {});
+  }
+}
+
+void handle_fault(reducer_ptr self, std::optional<std::size_t> rank, const std::string& reason) {
+  auto& st = self->state;
+  if (st.failed || st.current == phase::stopping) return;
+  if (rank) remove_member(self, *rank, reason);
+  else st.change_reasons.push_back(reason);
+  if (st.current == phase::running || st.current == phase::pausing) {
+    st.fault_time = clock_type::now();
+    // Wake every member blocked in the collective, from outside.
+    st.plan.group.local->abort();
+    st.current = phase::recovering;
+    st.suspend_replies.clear();
+    st.awaiting_suspend.clear();
+    const auto timeout = as_duration(hang_timeout(st));
+    const std::int64_t generation = st.plan.generation;
+    for (const auto& m : st.members) {
+      if (m.gone) continue;
+      const int id = m.handle.id;
+      st.awaiting_suspend.insert(id);
+      self->request(m.handle.actor, timeout, suspend_atom::value)
+          .then([self, generation, id](std::int64_t last) { on_suspend_reply(self, generation, id, last); },
+                [self, generation, id](caf::error& err) { on_suspend_failed(self, generation, id, caf::to_string(err)); });
+    }
+  }
+  check_recovery_complete(self);
+}
+
+void request_graceful_change(reducer_ptr self) {
+  auto& st = self->state;
+  if (st.current != phase::running || st.failed) return;
+  std::optional<std::int64_t> after;
+  if (st.pending_joins > 0 || !st.pending_leaves.empty()) after = st.committed;  // as soon as possible
+  else if (!st.planned_changes.empty()) after = std::max(st.committed, st.planned_changes.front().step - 2);
+  if (!after) return;
+  st.current = phase::pausing;
+  self->send(st.setup.loader, pause_msg{*after});
+}
+
+void check_pause_complete(reducer_ptr self) {
+  auto& st = self->state;
+  if (st.current != phase::pausing || !st.pause_point || st.committed < *st.pause_point) return;
+  // Every member has applied the pause point's step; nothing is in flight.
+  while (!st.planned_changes.empty() && st.planned_changes.front().step - 2 <= *st.pause_point) {
+    const fault_spec f = st.planned_changes.front();
+    st.planned_changes.erase(st.planned_changes.begin());
+    if (f.kind == fault_kind::join) ++st.pending_joins;
+    else st.pending_leaves.push_back("cpu:" + std::to_string(f.device));
+  }
+  for (const auto& name : std::exchange(st.pending_leaves, {}))
+    for (std::size_t r = 0; r < st.members.size(); ++r)
+      if (st.members[r].handle.name == name && !st.members[r].gone) remove_member(self, r, "left");
+  std::erase_if(st.members, [](const auto& m) { return m.gone; });
+  const std::size_t old_members = st.members.size();
+  admit_joins(self);
+  if (old_members == 0 || st.members.size() < static_cast<std::size_t>(st.setup.min_devices)) {
+    stop_below_minimum(self, st.committed,
+                       old_members > 0 ? std::optional<caf::actor>(st.members.front().handle.actor) : std::nullopt);
+    return;
+  }
+  form_generation(self, 0);  // the old members are identical; rank 0 is one of them
+  request_graceful_change(self);
+}
+
+void check_hangs(reducer_ptr self) {
+  auto& st = self->state;
+  if (st.failed || (st.current != phase::running && st.current != phase::pausing)) return;
+  const auto now = clock_type::now();
+  const double timeout = hang_timeout(st);
+  for (std::size_t r = 0; r < st.members.size(); ++r) {
+    const auto& m = st.members[r];
+    const bool has_work = st.planned > m.last_done || st.eval_outstanding;
+    // A member that reported `computed` waits in the collective for others.
+    const auto tally = st.steps.find(m.last_done + 1);
+    const bool waiting_on_others = tally != st.steps.end() && tally->second.computed.count(static_cast<std::int32_t>(r));
+    const double silent = seconds(now - m.last_heard);
+    if (has_work && !waiting_on_others && silent > timeout) {
+      char text[160];
+      std::snprintf(text, sizeof text, "hung: no report for %.2f s (hang timeout %.2f s)", silent, timeout);
+      handle_fault(self, r, text);
+      return;
+    }
+  }
+}
+
+void schedule_cut(reducer_ptr self, std::int64_t step) {
+  auto& st = self->state;
+  const auto policy = st.setup.straggler.policy;
+  if (policy != straggler_policy::cut && policy != straggler_policy::balance_cut) return;
+  const auto& tally = st.steps.at(step);
+  for (std::size_t r = 0; r < st.members.size(); ++r) {
+    if (tally.computed.count(static_cast<std::int32_t>(r))) continue;
+    const double allowed = std::max(st.setup.straggler.deadline_floor_ms / 1000.0,
+                                    st.setup.straggler.deadline_factor * st.throughput.median_compute());
+    const auto deadline = st.members[r].step_started + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(allowed));
+    const auto wait = std::max(clock_type::duration::zero(), deadline - clock_type::now());
+    self->delayed_send(self, std::chrono::duration_cast<std::chrono::microseconds>(wait), deadline_atom::value,
+                       st.plan.generation, step, static_cast<std::int32_t>(r));
+  }
+}
+
+void apply_cut(reducer_ptr self, std::int64_t generation, std::int64_t step, std::int32_t rank) {
+  auto& st = self->state;
+  if (generation != st.plan.generation || st.current != phase::running || step <= st.committed) return;
+  const auto it = st.steps.find(step);
+  if (it == st.steps.end() || it->second.computed.count(rank)) return;
+  // See Note [Cutting a step short].
+  st.members.at(static_cast<std::size_t>(rank)).handle.control->cut_step.store(step, std::memory_order_release);
+}
+
+}  // namespace dpactor

@@ -1,0 +1,59 @@
+#pragma once
+// Straggler bookkeeping, free of actors so it can be tested alone: each
+// member's smoothed throughput (for throughput-proportional shards), the
+// recent compute times (for cut deadlines), and the split of a global batch by
+// weight.
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <span>
+#include <vector>
+
+namespace dpactor {
+
+// Splits `total` samples across members in proportion to `weights`
+// (largest-remainder rounding, ties to the lower rank). When total >= members,
+// every member gets at least one sample, so its throughput stays measured.
+// Equal weights give the even split: the first total % n members get one more.
+std::vector<std::size_t> split_by_weight(std::size_t total, std::span<const double> weights);
+
+// The median of the last `capacity` values pushed.
+class rolling_median {
+ public:
+  explicit rolling_median(std::size_t capacity) : capacity_(capacity) {}
+  void push(double v);
+  void clear() { values_.clear(); }
+  bool empty() const noexcept { return values_.empty(); }
+  double median() const;  // 0 when empty
+
+ private:
+  std::size_t capacity_;
+  std::deque<double> values_;
+};
+
+class throughput_tracker {
+ public:
+  // `smoothing`: weight of the newest measurement in the exponential average.
+  throughput_tracker(double smoothing, std::size_t members);
+
+  void reset(std::size_t members);
+  // A member computed `samples` in `seconds` (before entering the collective);
+  // `complete` is false for a shard that was cut short, whose time says
+  // nothing about a normal step.
+  void record(std::size_t rank, std::int64_t samples, double seconds, bool complete);
+  // Samples per second of a member; 0 until measured.
+  double throughput(std::size_t rank) const { return rates_.at(rank); }
+  // Normalised weights; members not yet measured get the mean of the others
+  // (all equal before any measurement).
+  std::vector<double> shares() const;
+  // Median of recent compute times of complete shards across members, seconds.
+  double median_compute() const { return compute_.median(); }
+
+ private:
+  double smoothing_;
+  std::vector<double> rates_;
+  rolling_median compute_{64};
+};
+
+}  // namespace dpactor

@@ -87,6 +87,9 @@ void finish_recovery(reducer_ptr self) {
   for (std::int64_t s = st.committed + 1; s <= through; ++s) {
     auto it = st.steps.find(s);
     reducer_state::step_tally tally = it == st.steps.end() ? reducer_state::step_tally{} : std::move(it->second);
+    // A member lost in this step never reported it: count its samples from the plan.
+    if (const auto planned = st.planned_samples.find(s); planned != st.planned_samples.end())
+      tally.samples = planned->second - static_cast<std::int64_t>(tally.returned.size());
     rollback.commits.push_back(account_step(self, s, std::move(tally)));
   }
   st.requeued_by_fault = 0;

@@ -1,0 +1,99 @@
+// A cut returns exactly the untouched indices (Note [Cutting a step short]).
+// The device actor runs a replica that requests the cut itself after its
+// second micro-batch, so the test needs no timing: the device must stop
+// there, join the collective with what it has, and report the rest.
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include <caf/all.hpp>
+
+#include "actors/device.hpp"
+#include "actors/messages.hpp"
+#include "comms/local.hpp"
+
+namespace dpactor {
+namespace {
+
+// A replica that counts rows and asks for a cut of `cut_step` after
+// `cut_after` micro-batches.
+class cutting_replica final : public replica {
+ public:
+  cutting_replica(std::shared_ptr<device_control> control, std::int64_t cut_step, int cut_after)
+      : control_(std::move(control)), cut_step_(cut_step), cut_after_(cut_after),
+        layout_(make_state_layout(spec_, optimizer_config{})), state_(layout_.total_size()), grads_(layout_.parameter_size + 1) {}
+
+  const mlp_spec& spec() const noexcept override { return spec_; }
+  const state_layout& layout() const noexcept override { return layout_; }
+  std::size_t max_rows() const noexcept override { return 2; }
+  void zero_grad() override { std::fill(grads_.begin(), grads_.end(), 0.0f); }
+  batch_stats accumulate(const batch_ref& rows) override {
+    trained.insert(trained.end(), rows.indices.begin(), rows.indices.end());
+    grads_.back() += static_cast<float>(rows.indices.size());
+    if (++calls_ == cut_after_) control_->cut_step.store(cut_step_);
+    return {0.0, 0, static_cast<std::int64_t>(rows.indices.size())};
+  }
+  batch_stats evaluate(const batch_ref&) override { return {}; }
+  std::span<float> reduce_buffer() override { return grads_; }
+  bool apply_step(double) override {
+    write_step_counter(state_, layout_, optimizer_steps() + 1);
+    return true;
+  }
+  std::span<float> state_buffer() override { return state_; }
+  std::int64_t optimizer_steps() const override { return read_step_counter(state_, layout_); }
+  std::vector<float> export_state() const override { return state_; }
+  void import_state(std::span<const float> s) override { std::copy(s.begin(), s.end(), state_.begin()); }
+  void copy_parameters(std::span<float>) const override {}
+  std::uint64_t parameter_checksum() const override { return 0; }
+
+  std::vector<std::uint32_t> trained;
+
+ private:
+  mlp_spec spec_{{4, 2}, activation::relu, loss_kind::cross_entropy};
+  std::shared_ptr<device_control> control_;
+  std::int64_t cut_step_;
+  int cut_after_;
+  int calls_ = 0;
+  state_layout layout_;
+  std::vector<float> state_;
+  std::vector<float> grads_;
+};
+
+TEST(DeviceCut, ReturnsExactlyTheUntouchedIndices) {
+  caf::actor_system_config cfg;
+  register_message_types(cfg);
+  caf::actor_system system{cfg};
+  caf::scoped_actor self{system};
+
+  auto data = std::make_shared<dataset>("rows", 20, 4, 2);
+  auto setup = std::make_shared<device_setup>();
+  setup->name = "cpu:0";
+  setup->control = std::make_shared<device_control>();
+  auto model = std::make_unique<cutting_replica>(setup->control, /*cut_step=*/3, /*cut_after=*/2);
+  cutting_replica* replica_view = model.get();
+  setup->model = std::move(model);
+  setup->train = data;
+  setup->test = data;
+  const caf::actor device = system.spawn<caf::detached>(device_actor, setup);
+
+  group_ticket ticket{"local", 0, "", make_local_group(1)};
+  self->send(device, begin_generation_msg{0, caf::actor{self}, 0, 1, 0, ticket});
+  const std::vector<std::uint32_t> shard{11, 3, 7, 19, 0, 5, 2};
+  self->send(device, shard_msg{0, 3, 0, shard});
+
+  computed_msg computed;
+  self->receive([&](computed_msg& m) { computed = std::move(m); });
+  EXPECT_EQ(computed.step, 3);
+  EXPECT_EQ(computed.samples, 4) << "two micro-batches of two rows";
+  EXPECT_EQ(computed.returned, (std::vector<std::uint32_t>{0, 5, 2})) << "the untouched tail of the shard, in order";
+  self->receive([&](step_done_msg& m) {
+    EXPECT_EQ(m.step, 3);
+    EXPECT_EQ(m.samples, 4) << "the step completes with what was computed";
+  });
+  EXPECT_EQ(replica_view->trained, (std::vector<std::uint32_t>{11, 3, 7, 19}));
+  self->send_exit(device, caf::exit_reason::user_shutdown);
+}
+
+}  // namespace
+}  // namespace dpactor

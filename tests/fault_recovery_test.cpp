@@ -1,0 +1,239 @@
+// Faults and elasticity through the whole engine (DESIGN.md, "Membership,
+// faults, elasticity", "Exactly once"). The ledger checks at the end of every
+// epoch that each index was committed exactly once and fails the run
+// otherwise, so every run below that completes has kept exactly-once; the
+// tests also check the counts it reports.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <mutex>
+#include <thread>
+
+#include "actors/config_file.hpp"
+#include "actors/engine.hpp"
+#include "tensors/error.hpp"
+#include "tensors/safetensors.hpp"
+#include "tests/test_support.hpp"
+
+namespace dpactor {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct recorded_run {
+  run_summary summary;
+  std::vector<membership_event> memberships;
+  std::vector<epoch_event> epochs;
+  std::vector<recovery_event> recoveries;
+};
+
+recorded_run run(job_config c, run_options o = {}) {
+  recorded_run r;
+  std::mutex m;
+  Engine engine(std::move(c), std::move(o));
+  engine.on_event([&](const event& e) {
+    std::lock_guard lock(m);
+    if (const auto* x = std::get_if<membership_event>(&e)) r.memberships.push_back(*x);
+    if (const auto* x = std::get_if<epoch_event>(&e)) r.epochs.push_back(*x);
+    if (const auto* x = std::get_if<recovery_event>(&e)) r.recoveries.push_back(*x);
+  });
+  engine.start();
+  r.summary = engine.wait();
+  return r;
+}
+
+// 1024 samples at batch 64: 16 steps per epoch.
+job_config faulty_job(int replicas, std::vector<std::string> faults) {
+  job_config c = testing::small_job(replicas, 64, 1024);
+  c.train.epochs = 3;
+  c.train.verify_replicas = true;  // survivors and newcomers stay bitwise identical
+  c.faults.inject = std::move(faults);
+  return c;
+}
+
+TEST(Faults, AFailedDeviceCostsItsStepAndNoData) {
+  const recorded_run r = run(faulty_job(3, {"fail:1@20"}));
+  ASSERT_EQ(r.memberships.size(), 2u);
+  const membership_event& after = r.memberships[1];
+  EXPECT_EQ(after.members, (std::vector<std::string>{"cpu:0", "cpu:2"}));
+  EXPECT_NE(after.reason.find("cpu:1 failed: injected failure"), std::string::npos) << after.reason;
+  EXPECT_EQ(after.step, 19) << "step 20's update was never applied";
+  EXPECT_EQ(after.actor_ids[0], r.memberships[0].actor_ids[0]) << "survivors are not restarted";
+  EXPECT_EQ(after.actor_ids[1], r.memberships[0].actor_ids[2]);
+  ASSERT_EQ(r.recoveries.size(), 1u);
+  EXPECT_EQ(r.recoveries[0].step, 20) << "the failed step is trained again";
+  EXPECT_GT(r.recoveries[0].requeued, 0);
+  ASSERT_EQ(r.epochs.size(), 3u);
+  for (const auto& e : r.epochs) EXPECT_EQ(e.samples, 1024) << "epoch " << e.epoch << ": every sample exactly once";
+  EXPECT_GT(r.epochs[1].requeued, 0) << "the failure was in epoch 2 (steps 17-32)";
+  EXPECT_EQ(r.summary.steps, 48);
+  EXPECT_EQ(r.summary.membership_changes, 1);
+  EXPECT_GT(r.summary.test_accuracy, 0.5);
+}
+
+TEST(Faults, AFailureOnTheLastStepOfAnEpochRetrainsItInThatEpoch) {
+  const recorded_run r = run(faulty_job(2, {"fail:0@16"}));
+  ASSERT_EQ(r.epochs.size(), 3u);
+  EXPECT_EQ(r.epochs[0].samples, 1024);
+  EXPECT_EQ(r.memberships.back().members, std::vector<std::string>{"cpu:1"});
+}
+
+TEST(Faults, AHungDeviceIsDetectedWithinTheHangTimeout) {
+  job_config c = faulty_job(2, {"hang:1@10"});
+  c.cluster.hang_timeout_s = 0.2;
+  const auto start = std::chrono::steady_clock::now();
+  const recorded_run r = run(c);
+  ASSERT_EQ(r.memberships.size(), 2u);
+  EXPECT_NE(r.memberships[1].reason.find("cpu:1 hung"), std::string::npos) << r.memberships[1].reason;
+  EXPECT_EQ(r.memberships[1].members, std::vector<std::string>{"cpu:0"});
+  for (const auto& e : r.epochs) EXPECT_EQ(e.samples, 1024);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5)) << "the hung thread did not block shutdown";
+}
+
+TEST(Faults, JoinAndLeaveTakeEffectAtTheirStepBoundaries) {
+  const recorded_run r = run(faulty_job(2, {"join:cpu@10", "leave:0@30"}));
+  ASSERT_EQ(r.memberships.size(), 3u);
+  EXPECT_EQ(r.memberships[1].step, 9) << "the newcomer trains from step 10";
+  EXPECT_EQ(r.memberships[1].members, (std::vector<std::string>{"cpu:0", "cpu:1", "cpu:2"}));
+  EXPECT_EQ(r.memberships[2].step, 29) << "cpu:0 trains up to step 29";
+  EXPECT_EQ(r.memberships[2].members, (std::vector<std::string>{"cpu:1", "cpu:2"}));
+  // Same actors throughout: nobody was restarted.
+  EXPECT_EQ(r.memberships[1].actor_ids[1], r.memberships[0].actor_ids[1]);
+  EXPECT_EQ(r.memberships[2].actor_ids[0], r.memberships[0].actor_ids[1]);
+  EXPECT_EQ(r.memberships[2].actor_ids[1], r.memberships[1].actor_ids[2]);
+  EXPECT_TRUE(r.recoveries.empty()) << "graceful changes lose no step";
+  EXPECT_EQ(r.summary.steps, 48) << "and no step is repeated";
+  for (const auto& e : r.epochs) EXPECT_EQ(e.requeued, 0);
+}
+
+TEST(Faults, ANewcomerMatchesAJobThatHadItsMembersFromTheStart) {
+  // With even shards, a run that grows from 2 to 3 members must compute the
+  // same parameters as one that had 3 from the start (to float rounding),
+  // since the newcomer adopts the exact state and the batch math is global.
+  testing::scratch_dir dir;
+  job_config grow = faulty_job(2, {"join:cpu@1"});
+  grow.train.checkpoint_dir = (dir / "grow").string();
+  job_config three = faulty_job(3, {});
+  three.train.checkpoint_dir = (dir / "three").string();
+  const auto a = load_safetensors(fs::path(run(grow).summary.checkpoint) / "model.safetensors");
+  const auto b = load_safetensors(fs::path(run(three).summary.checkpoint) / "model.safetensors");
+  for (std::size_t t = 0; t < a.tensors.size(); ++t)
+    for (std::size_t i = 0; i < a.tensors[t].values.size(); ++i)
+      ASSERT_NEAR(a.tensors[t].values[i], b.tensors[t].values[i], 1e-5) << a.tensors[t].name;
+}
+
+TEST(Faults, FailingEveryDeviceCheckpointsAndStopsWithAClearError) {
+  testing::scratch_dir dir;
+  job_config c = faulty_job(2, {"fail:0@12", "fail:1@12"});
+  c.train.checkpoint_dir = (dir / "ckpt").string();
+  try {
+    run(c);
+    FAIL() << "the run did not stop";
+  } catch (const training_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("training stopped after step 11: 0 devices left, fewer than cluster.min_devices = 1"), std::string::npos)
+        << what;
+    EXPECT_NE(what.find("injected failure"), std::string::npos) << what;
+    EXPECT_NE(what.find("checkpoint written to"), std::string::npos) << what;
+  }
+  ASSERT_TRUE(fs::exists(dir / "ckpt" / "step-00000011")) << "the state after the last completed step";
+  // The checkpoint resumes: the run finishes its three epochs.
+  job_config resume = faulty_job(2, {});
+  resume.train.checkpoint_dir = (dir / "ckpt").string();
+  const recorded_run r = run(resume, run_options{(dir / "ckpt").string(), ""});
+  EXPECT_EQ(r.summary.steps, 48);
+  EXPECT_EQ(r.summary.samples, 3 * 1024 - 11 * 64);
+}
+
+TEST(Faults, FallingBelowMinDevicesStops) {
+  testing::scratch_dir dir;
+  job_config c = faulty_job(2, {"fail:1@5"});
+  c.cluster.min_devices = 2;
+  c.train.checkpoint_dir = (dir / "ckpt").string();
+  try {
+    run(c);
+    FAIL() << "trained on below min_devices";
+  } catch (const training_error& e) {
+    EXPECT_NE(std::string(e.what()).find("1 device left, fewer than cluster.min_devices = 2"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(fs::exists(dir / "ckpt" / "step-00000004"));
+}
+
+TEST(Faults, CutIndicesAreTrainedLaterInTheSameEpoch) {
+  // cpu:1 is delayed 30 ms on every step: far past any deadline, so it is cut
+  // every time and its indices go to later steps of the same epoch.
+  job_config c = faulty_job(2, {"jitter:1:1.0:30"});
+  c.straggler.policy = straggler_policy::cut;
+  c.train.epochs = 1;
+  const recorded_run r = run(c);
+  ASSERT_EQ(r.epochs.size(), 1u);
+  EXPECT_EQ(r.epochs[0].samples, 1024) << "nothing dropped";
+  EXPECT_GT(r.epochs[0].requeued, 0);
+  EXPECT_GT(r.summary.cuts, 0);
+  EXPECT_GT(r.summary.steps, 16) << "re-queued indices made extra steps";
+}
+
+TEST(Faults, AddAndRemoveDevicesFromAnotherThread) {
+  job_config c = testing::small_job(2, 32, 4096);
+  c.train.epochs = 1000;
+  c.train.verify_replicas = true;
+  std::mutex m;
+  std::vector<membership_event> memberships;
+  Engine engine(c);
+  engine.on_event([&](const event& e) {
+    std::lock_guard lock(m);
+    if (const auto* x = std::get_if<membership_event>(&e)) memberships.push_back(*x);
+  });
+  engine.start();
+  std::string added;
+  std::thread operator_thread([&] {
+    added = engine.add_device();
+    engine.remove_device("cpu:0");
+  });
+  operator_thread.join();
+  EXPECT_EQ(added, "cpu:2");
+  // Wait for the removal to take effect, then stop.
+  for (;;) {
+    {
+      std::lock_guard lock(m);
+      if (memberships.size() >= 3) break;
+    }
+    std::this_thread::yield();
+  }
+  engine.stop();
+  engine.wait();
+  ASSERT_GE(memberships.size(), 3u);
+  EXPECT_EQ(memberships[1].members, (std::vector<std::string>{"cpu:0", "cpu:1", "cpu:2"}));
+  EXPECT_NE(memberships[1].reason.find("cpu:2 joined"), std::string::npos);
+  EXPECT_EQ(memberships[2].members, (std::vector<std::string>{"cpu:1", "cpu:2"}));
+  EXPECT_NE(memberships[2].reason.find("cpu:0 left"), std::string::npos);
+}
+
+TEST(Faults, AFaultEvery50StepsKeepsTheLedgerAndTheAccuracy) {
+  if (!fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"))
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed (scripts/setup installs it)";
+  job_config c = load_job_config(std::string(DPACTOR_SOURCE_DIR) + "/configs/mlp.cfg");
+  c.train.epochs = 1;
+  c.train.checkpoint_dir = "";
+  c.cluster.cpus = 2;
+  c.straggler.policy = straggler_policy::none;
+  const recorded_run clean = run(c);
+  // One epoch is 469 steps: a device fails every 50 steps and a new one joins
+  // right after, nine times over.
+  for (int k = 1; k <= 9; ++k) {
+    c.faults.inject.push_back("fail:" + std::to_string(k - 1) + "@" + std::to_string(50 * k));
+    c.faults.inject.push_back("join:cpu@" + std::to_string(50 * k + 1));
+  }
+  // Devices 0 and 1 start; joins become cpu:2, cpu:3, ...: the k-th failure
+  // hits cpu:(k-1), which is a member by then.
+  const recorded_run faulty = run(c);
+  EXPECT_EQ(faulty.summary.membership_changes, 18);
+  ASSERT_EQ(faulty.epochs.size(), 1u);
+  EXPECT_EQ(faulty.epochs[0].samples, 60000) << "every sample exactly once";
+  EXPECT_GT(faulty.epochs[0].requeued, 0);
+  EXPECT_NEAR(faulty.summary.test_accuracy, clean.summary.test_accuracy, 0.01);
+}
+
+}  // namespace
+}  // namespace dpactor

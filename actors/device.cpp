@@ -82,21 +82,50 @@ void report_failure(device_ptr self, std::int64_t step, const std::string& what)
   self->send(st.reducer, std::move(msg));
 }
 
+// The step header all-reduced before the gradients: samples, loss sum and
+// correct count summed over members, then each member's compute time and
+// sample count in its own slot. See Note [One step report].
+enum header_slot : std::size_t { h_samples = 0, h_loss = 1, h_correct = 2, h_members = 3 };
+
 void run_step(device_ptr self, const shard_msg& shard) {
   auto& st = self->state;
   replica& model = *st.setup->model;
   const auto start = clock_type::now();
   model.zero_grad();
   const auto [stats, done] = compute_shard(st, shard);
-  computed_msg computed{st.generation, shard.step, st.rank, stats.samples, seconds_since(start), {}};
-  computed.returned.assign(shard.indices.begin() + static_cast<std::ptrdiff_t>(done), shard.indices.end());
-  self->send(st.reducer, std::move(computed));
-  st.comm->all_reduce_sum(model.reduce_buffer(), st.setup->collective);
-  model.apply_step(st.setup->schedule.at(model.optimizer_steps()));
+  const double compute_s = seconds_since(start);
+  if (st.setup->report_computed || done < shard.indices.size()) {
+    computed_msg computed{st.generation, shard.step, st.rank, stats.samples, compute_s, {}};
+    computed.returned.assign(shard.indices.begin() + static_cast<std::ptrdiff_t>(done), shard.indices.end());
+    self->send(st.reducer, std::move(computed));
+  }
+  const auto members = static_cast<std::size_t>(st.comm->size());
+  const auto rank = static_cast<std::size_t>(st.rank);
+  st.header.assign(h_members + 2 * members, 0.0f);
+  st.header[h_samples] = static_cast<float>(stats.samples);
+  st.header[h_loss] = static_cast<float>(stats.loss_sum);
+  st.header[h_correct] = static_cast<float>(stats.correct);
+  st.header[h_members + rank] = static_cast<float>(compute_s);
+  st.header[h_members + members + rank] = static_cast<float>(stats.samples);
+  st.comm->all_reduce_sum(st.header, st.setup->collective);
+  // See Note [Sharded optimizer step].
+  const std::span<float> grads = model.gradients();
+  st.comm->reduce_scatter_sum(grads, st.setup->collective);
+  const auto [begin, end] = st.comm->chunk(grads.size(), st.rank);
+  model.apply_update(st.setup->schedule.at(model.optimizer_steps()), st.header[h_samples], begin, end);
+  st.comm->all_gather(model.state_sections(), st.setup->collective);
+  model.finish_step();
   st.last_step = shard.step;
-  const std::uint64_t checksum = st.setup->verify_replicas ? model.parameter_checksum() : 0;
-  self->send(st.reducer, step_done_msg{st.generation, shard.step, shard.epoch, st.rank, stats.loss_sum, stats.correct,
-                                       stats.samples, checksum});
+  if (st.rank == 0 || st.setup->verify_replicas) {
+    step_done_msg done_msg{st.generation, shard.step, shard.epoch, st.rank,
+                           static_cast<double>(st.header[h_loss]), static_cast<std::int64_t>(st.header[h_correct]),
+                           static_cast<std::int64_t>(st.header[h_samples]), 0, {}, {}};
+    if (st.setup->verify_replicas) done_msg.checksum = model.parameter_checksum();
+    const auto first = st.header.begin() + static_cast<std::ptrdiff_t>(h_members);
+    done_msg.compute_s.assign(first, first + static_cast<std::ptrdiff_t>(members));
+    done_msg.member_samples.assign(first + static_cast<std::ptrdiff_t>(members), st.header.end());
+    self->send(st.reducer, std::move(done_msg));
+  }
 }
 
 }  // namespace

@@ -51,6 +51,7 @@ struct device_setup {
   lr_schedule schedule;
   collective_options collective;
   bool verify_replicas = false;
+  bool report_computed = false;  // the reducer may cut stragglers: report before the collective
   std::shared_ptr<device_control> control;
   std::vector<fault_spec> faults;  // this device's injected faults
   std::uint64_t fault_seed = 1;
@@ -65,6 +66,7 @@ struct device_state {
   std::int32_t rank = -1;
   std::int64_t last_step = -1;  // last step whose update this replica applied
   std::vector<std::uint32_t> eval_rows;
+  std::vector<float> header;  // See Note [One step report]
   std::optional<rng> jitter_rng;
   static inline const char* name = "device";
 };

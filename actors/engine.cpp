@@ -206,6 +206,8 @@ void Engine::start() {
     setup->schedule = schedule;
     setup->collective.timeout = collective_timeout;
     setup->verify_replicas = config.train.verify_replicas;
+    setup->report_computed =
+        config.straggler.policy == straggler_policy::cut || config.straggler.policy == straggler_policy::balance_cut;
     setup->control = std::make_shared<device_control>();
     for (const auto& f : faults)
       if (is_device_fault(f) && f.device == id) setup->faults.push_back(f);

@@ -85,7 +85,8 @@ void finish(loader_ptr self, bool evaluated) {
       send_ledger_snapshot(self, last);  // already committed (or nothing trained)
   }
   for (const auto& m : members) self->send(m, finish_msg{st.plan.generation, last});
-  self->send(st.reducer, work_done_msg{last, !evaluated, st.setup.checkpoints});
+  self->send(st.reducer, work_done_msg{last, !evaluated, st.setup.checkpoints,
+                                       st.requeued_before + static_cast<std::int64_t>(st.ledger->requeued_total())});
 }
 
 void issue_step(loader_ptr self) {
@@ -104,8 +105,6 @@ void issue_step(loader_ptr self) {
                                      {first, first + static_cast<std::ptrdiff_t>(sizes[r])}});
     begin += sizes[r];
   }
-  self->send(st.reducer, step_planned_msg{step, st.ledger->epoch(), static_cast<std::int64_t>(flight.indices.size()),
-                                                st.ledger->waiting() == 0});
   if (st.setup.checkpoints && st.setup.checkpoint_every > 0 && (step + 1) % st.setup.checkpoint_every == 0) {
     self->send(members.at(0), snapshot_msg{st.plan.generation, step});
     flight.snapshot = true;
@@ -137,6 +136,7 @@ void pump(loader_ptr self) {
         finish(self, true);
         return;
       }
+      st.requeued_before += static_cast<std::int64_t>(st.ledger->requeued_total());
       st.ledger->start_epoch(st.ledger->epoch() + 1);
       return;  // the next epoch starts when the evaluation is complete
     }
@@ -164,6 +164,7 @@ void roll_back(loader_ptr self, const rollback_msg& msg) {
     }
   }
   st.ledger->requeue_front(undo);
+  self->send(st.reducer, rollback_done_msg{static_cast<std::int64_t>(undo.size())});
   st.committed_step = msg.through;
   if (st.pending_eval && st.pending_eval->step > msg.through) st.pending_eval.reset();
   if (st.next_step > msg.through + 1) {

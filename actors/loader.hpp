@@ -69,6 +69,7 @@ struct loader_state {
   bool paused = false;                      // until the next generation plan
   bool finished = false;
   bool stop_requested = false;
+  std::int64_t requeued_before = 0;  // indices re-queued in earlier epochs of this run
   std::optional<evaluate_msg> pending_eval;  // sent, not yet complete: re-sent to a new generation
   static inline const char* name = "loader";
 };

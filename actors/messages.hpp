@@ -8,9 +8,10 @@
 //   reducer -> device   suspend_atom, state_atom, inject_msg (requests / control)
 //   loader  -> device   begin_generation_msg, shard_msg, evaluate_msg,
 //                       snapshot_msg, finish_msg          (one FIFO stream)
-//   loader  -> reducer  step_planned_msg, ledger_snapshot_msg, epoch_ledger_msg,
-//                       work_done_msg, paused_msg
-//   device  -> reducer  computed_msg, step_done_msg, evaluated_msg, state_msg,
+//   loader  -> reducer  ledger_snapshot_msg, epoch_ledger_msg, work_done_msg,
+//                       paused_msg, rollback_done_msg
+//   device  -> reducer  computed_msg (cut policy), step_done_msg (See Note [One step
+//                       report]), evaluated_msg, state_msg,
 //                       device_failed_msg, step_aborted_msg (one-way reports)
 //   engine  -> reducer  add_device_msg, remove_device_msg, inject_msg, stop_atom
 //   reducer -> writer   write_checkpoint_msg; writer -> reducer checkpoint_written_msg
@@ -106,15 +107,25 @@ struct computed_msg {
   std::vector<std::uint32_t> returned;  // untouched indices of a cut shard
 };
 
+// Note [One step report]
+// A step's statistics travel inside the collective: every member adds its
+// sample count, loss and correct count, and its compute time in its own slot,
+// to a small buffer all-reduced before the gradients. The step's first member
+// then reports the whole step in one message; its report also proves that
+// every member was alive through the step, since the collective needs them
+// all. Only with train.verify_replicas does every member report (its
+// parameter checksum).
 struct step_done_msg {
   std::int64_t generation = 0;
   std::int64_t step = 0;
   std::int64_t epoch = 0;
   std::int32_t rank = 0;
-  double loss_sum = 0.0;
-  std::int64_t correct = 0;
-  std::int64_t samples = 0;
-  std::uint64_t checksum = 0;  // of the parameters, when train.verify_replicas
+  double loss_sum = 0.0;       // the step's, over all members
+  std::int64_t correct = 0;    // likewise
+  std::int64_t samples = 0;    // likewise
+  std::uint64_t checksum = 0;  // of this member's parameters, when train.verify_replicas
+  std::vector<float> compute_s;       // per member, rank order
+  std::vector<float> member_samples;  // per member, rank order
 };
 
 struct evaluated_msg {
@@ -200,13 +211,6 @@ struct remove_device_msg {
   std::string reason;
 };
 
-struct step_planned_msg {
-  std::int64_t step = 0;
-  std::int64_t epoch = 0;
-  std::int64_t samples = 0;
-  bool last_of_epoch = false;
-};
-
 struct ledger_snapshot_msg {
   std::int64_t step = 0;  // the ledger as it stands once this step is committed
   ledger_position position;
@@ -222,6 +226,12 @@ struct work_done_msg {
   std::int64_t last_step = -1;  // -1: no step was trained
   bool final_evaluation = false;
   bool snapshot = false;
+  std::int64_t requeued = 0;    // indices handed out again in the whole run
+};
+
+// The loader applied a rollback: this many indices go out again.
+struct rollback_done_msg {
+  std::int64_t requeued = 0;
 };
 
 struct write_checkpoint_msg {
@@ -291,7 +301,7 @@ typename Inspector::result_type inspect(Inspector& f, computed_msg& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_done_msg& x) {
   return f(caf::meta::type_name("step_done_msg"), x.generation, x.step, x.epoch, x.rank, x.loss_sum, x.correct,
-           x.samples, x.checksum);
+           x.samples, x.checksum, x.compute_s, x.member_samples);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, evaluated_msg& x) {
@@ -347,10 +357,6 @@ typename Inspector::result_type inspect(Inspector& f, remove_device_msg& x) {
   return f(caf::meta::type_name("remove_device_msg"), x.name, x.reason);
 }
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, step_planned_msg& x) {
-  return f(caf::meta::type_name("step_planned_msg"), x.step, x.epoch, x.samples, x.last_of_epoch);
-}
-template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ledger_snapshot_msg& x) {
   return f(caf::meta::type_name("ledger_snapshot_msg"), x.step, x.position);
 }
@@ -360,7 +366,11 @@ typename Inspector::result_type inspect(Inspector& f, epoch_ledger_msg& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, work_done_msg& x) {
-  return f(caf::meta::type_name("work_done_msg"), x.last_step, x.final_evaluation, x.snapshot);
+  return f(caf::meta::type_name("work_done_msg"), x.last_step, x.final_evaluation, x.snapshot, x.requeued);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, rollback_done_msg& x) {
+  return f(caf::meta::type_name("rollback_done_msg"), x.requeued);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, write_checkpoint_msg& x) {

@@ -108,25 +108,39 @@ committed_msg account_step(reducer_ptr self, std::int64_t step, reducer_state::s
     s->samples += tally.samples;
   }
   st.summary.samples += tally.samples;
-  st.summary.requeued += static_cast<std::int64_t>(tally.returned.size());
   ++st.epoch_step;
   const auto now = clock_type::now();
   if (st.committed >= 0) st.step_intervals.push(seconds(now - st.last_commit));
   st.committed = step;
   st.last_commit = now;
-  st.planned_samples.erase(step);
   if ((step + 1) % st.setup.log_every == 0) emit_step_event(self, step, tally.epoch);
   return committed_msg{st.plan.generation, step, std::move(tally.returned)};
 }
 
 namespace {
 
+// A step is complete when its report is in: rank 0's, or every member's
+// checksum with train.verify_replicas (See Note [One step report]).
+bool step_complete(const reducer_state& st, const reducer_state::step_tally& t) {
+  return t.stats_known && (!st.setup.verify_replicas || t.reported == static_cast<std::int32_t>(st.members.size()));
+}
+
 void commit_ready_steps(reducer_ptr self) {
   auto& st = self->state;
-  const auto size = static_cast<std::int32_t>(st.members.size());
   while (!st.failed && !st.steps.empty() && st.steps.begin()->first == st.committed + 1 &&
-         st.steps.begin()->second.reported == size) {
+         step_complete(st, st.steps.begin()->second)) {
     auto node = st.steps.extract(st.steps.begin());
+    // The collective needed every member: all were alive through this step.
+    const auto now = clock_type::now();
+    const auto& t = node.mapped();
+    for (std::size_t r = 0; r < st.members.size(); ++r) {
+      auto& m = st.members[r];
+      m.last_done = node.key();
+      m.last_heard = m.step_started = now;
+      if (r < t.compute_s.size())
+        st.throughput.record(r, static_cast<std::int64_t>(t.member_samples[r]), t.compute_s[r],
+                             !t.cut.count(static_cast<std::int32_t>(r)));
+    }
     if (st.setup.verify_replicas && node.mapped().checksums_differ) {
       fail_run(self, std::make_exception_ptr(training_error(
                          "replicas diverged after step " + std::to_string(node.key() + 1) +
@@ -166,9 +180,13 @@ void on_evaluation_complete(reducer_ptr self, std::int64_t step, bool epoch_end,
     e.test_loss = test_loss;
     e.test_accuracy = test_accuracy;
     e.seconds = seconds(st.last_commit - st.epoch.since);
+    // The ledger's count is exact even when a lost member never reported.
     e.samples = st.epoch.samples;
-    e.samples_per_s = ratio(static_cast<double>(st.epoch.samples), e.seconds);
-    if (auto it = st.epoch_ledgers.find(t.epoch); it != st.epoch_ledgers.end()) e.requeued = it->second.requeued;
+    if (auto it = st.epoch_ledgers.find(t.epoch); it != st.epoch_ledgers.end()) {
+      e.samples = it->second.committed;
+      e.requeued = it->second.requeued;
+    }
+    e.samples_per_s = ratio(static_cast<double>(e.samples), e.seconds);
     st.summary.epochs = t.epoch + 1;
     st.setup.control->emit(e);
     st.epoch = {0.0, 0, 0, now};
@@ -225,39 +243,38 @@ caf::behavior reducer_actor(caf::stateful_actor<reducer_state>* self, reducer_se
   });
   return {
       [self](start_atom) { start(self); },
-      [self](const step_planned_msg& msg) {
-        auto& st = self->state;
-        st.planned = std::max(st.planned, msg.step);
-        st.planned_samples[msg.step] = msg.samples;
-      },
       [self](computed_msg& msg) {
         auto& st = self->state;
         if (!accepting_reports(st, msg.generation)) return;
-        const auto r = static_cast<std::size_t>(msg.rank);
-        st.members.at(r).last_heard = clock_type::now();
-        st.throughput.record(r, msg.samples, msg.compute_s, msg.returned.empty());
+        st.members.at(static_cast<std::size_t>(msg.rank)).last_heard = clock_type::now();
         auto& tally = st.steps[msg.step];
         tally.computed.insert(msg.rank);
         if (!msg.returned.empty()) {
           ++st.interval_cuts;
           ++st.summary.cuts;
+          tally.cut.insert(msg.rank);
           tally.returned.insert(tally.returned.end(), msg.returned.begin(), msg.returned.end());
         }
         if (tally.computed.size() + 1 == st.members.size()) schedule_cut(self, msg.step);
       },
-      [self](const step_done_msg& msg) {
+      [self](step_done_msg& msg) {
         auto& st = self->state;
         if (!accepting_reports(st, msg.generation)) return;
-        auto& m = st.members.at(static_cast<std::size_t>(msg.rank));
-        m.last_done = msg.step;
-        m.last_heard = m.step_started = clock_type::now();
+        st.members.at(static_cast<std::size_t>(msg.rank)).last_heard = clock_type::now();
         auto& tally = st.steps[msg.step];
-        tally.epoch = msg.epoch;
-        tally.loss_sum += msg.loss_sum;
-        tally.correct += msg.correct;
-        tally.samples += msg.samples;
-        if (tally.reported == 0) tally.checksum = msg.checksum;
-        else if (*tally.checksum != msg.checksum) tally.checksums_differ = true;
+        if (msg.rank == 0) {
+          tally.stats_known = true;
+          tally.epoch = msg.epoch;
+          tally.loss_sum = msg.loss_sum;
+          tally.correct = msg.correct;
+          tally.samples = msg.samples;
+          tally.compute_s = std::move(msg.compute_s);
+          tally.member_samples = std::move(msg.member_samples);
+        }
+        if (st.setup.verify_replicas) {
+          if (tally.reported == 0) tally.checksum = msg.checksum;
+          else if (*tally.checksum != msg.checksum) tally.checksums_differ = true;
+        }
         ++tally.reported;
         commit_ready_steps(self);
       },
@@ -311,6 +328,7 @@ caf::behavior reducer_actor(caf::stateful_actor<reducer_state>* self, reducer_se
       },
       [self](const work_done_msg& msg) {
         self->state.work = msg;
+        self->state.summary.requeued = msg.requeued;
         self->state.eval_outstanding = true;
         maybe_finish(self);
       },
@@ -327,6 +345,7 @@ caf::behavior reducer_actor(caf::stateful_actor<reducer_state>* self, reducer_se
         if (!accepting_reports(st, msg.generation)) return;
         handle_fault(self, std::nullopt, "collective failed at step " + std::to_string(msg.step + 1) + ": " + msg.what);
       },
+      [self](const rollback_done_msg& msg) { self->state.requeued_by_fault = msg.requeued; },
       [self](const paused_msg& msg) {
         auto& st = self->state;
         if (st.current != reducer_state::phase::pausing) return;

@@ -89,9 +89,13 @@ struct reducer_state {
     std::int64_t correct = 0;
     std::int64_t samples = 0;
     std::optional<std::uint64_t> checksum;
-    std::set<std::int32_t> computed;       // ranks that reported `computed`
+    std::set<std::int32_t> computed;       // ranks that reported `computed` (cut policy)
+    std::set<std::int32_t> cut;            // ranks whose shard was cut short
     std::vector<std::uint32_t> returned;   // cut indices of all members
     bool checksums_differ = false;
+    bool stats_known = false;              // loss, counts and times came in (from rank 0)
+    std::vector<float> compute_s;          // per member
+    std::vector<float> member_samples;     // per member
   };
   struct eval_tally {
     std::int32_t reported = 0;
@@ -124,7 +128,6 @@ struct reducer_state {
 
   // Steps, evaluations, checkpoints.
   std::int64_t committed = -1;
-  std::int64_t planned = -1;  // highest step the loader planned
   std::map<std::int64_t, step_tally> steps;
   std::map<std::pair<std::int64_t, bool>, eval_tally> evals;  // (step, epoch_end)
   bool eval_outstanding = false;
@@ -151,7 +154,6 @@ struct reducer_state {
   std::optional<clock::time_point> fault_time;  // detection of the fault being recovered from
   std::int64_t requeued_by_fault = 0;
   std::optional<std::pair<std::int64_t, std::vector<float>>> rescue_state;  // from a failed device
-  std::map<std::int64_t, std::int64_t> planned_samples;  // step -> samples, for steps not yet committed
   std::string stop_message;                     // why training is stopping (phase::stopping)
 
   run_summary summary;

@@ -87,17 +87,9 @@ void finish_recovery(reducer_ptr self) {
   for (std::int64_t s = st.committed + 1; s <= through; ++s) {
     auto it = st.steps.find(s);
     reducer_state::step_tally tally = it == st.steps.end() ? reducer_state::step_tally{} : std::move(it->second);
-    // A member lost in this step never reported it: count its samples from the plan.
-    if (const auto planned = st.planned_samples.find(s); planned != st.planned_samples.end())
-      tally.samples = planned->second - static_cast<std::int64_t>(tally.returned.size());
     rollback.commits.push_back(account_step(self, s, std::move(tally)));
   }
-  st.requeued_by_fault = 0;
-  for (const auto& [s, samples] : st.planned_samples)
-    if (s > through) st.requeued_by_fault += samples;
-  st.summary.requeued += st.requeued_by_fault;
-  st.planned_samples.clear();
-  st.planned = through;
+  st.requeued_by_fault = 0;  // the loader says how many (rollback_done_msg)
   st.steps.clear();
   st.evals.clear();
   self->send(st.setup.loader, std::move(rollback));
@@ -327,7 +319,7 @@ void check_hangs(reducer_ptr self) {
   const double timeout = hang_timeout(st);
   for (std::size_t r = 0; r < st.members.size(); ++r) {
     const auto& m = st.members[r];
-    const bool has_work = st.planned > m.last_done || st.eval_outstanding;
+    const bool has_work = !st.work || st.eval_outstanding;
     // A member that reported `computed` waits in the collective for others.
     const auto tally = st.steps.find(m.last_done + 1);
     const bool waiting_on_others = tally != st.steps.end() && tally->second.computed.count(static_cast<std::int32_t>(r));

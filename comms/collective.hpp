@@ -44,6 +44,16 @@ class collective {
   // Every rank passes a buffer of the same length; on return each holds the
   // element-wise sum, bitwise identical on every rank.
   virtual void all_reduce_sum(std::span<float> data, const collective_options& options) = 0;
+  // The part [begin, end) of a buffer of `size` floats that `rank` owns in
+  // reduce_scatter_sum and all_gather; the parts tile the buffer in rank order.
+  virtual std::pair<std::size_t, std::size_t> chunk(std::size_t size, int rank) const noexcept = 0;
+  // On return this rank's chunk of `data` holds the element-wise sum over the
+  // ranks (bitwise what all_reduce_sum would give there); the rest of `data` is
+  // unspecified.
+  virtual void reduce_scatter_sum(std::span<float> data, const collective_options& options) = 0;
+  // For each buffer, copies every rank's chunk to the other ranks; each rank
+  // passes the same number of buffers with the same lengths.
+  virtual void all_gather(std::span<const std::span<float>> buffers, const collective_options& options) = 0;
   // Copies root's buffer into every other rank's buffer of the same length.
   virtual void broadcast(std::span<float> data, int root, const collective_options& options) = 0;
   virtual void barrier(const collective_options& options) = 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <span>
 #include <atomic>
 #include <cstring>
 #include <string>
@@ -17,15 +18,39 @@ constexpr std::size_t chunk_alignment = 16;  // floats
 // Floats summed per block: the block's partial sums stay in registers/L1.
 constexpr std::size_t reduce_block = 512;
 
+// See collective::chunk: cache-line-aligned parts of ceil(size / ranks).
+std::pair<std::size_t, std::size_t> chunk_of(std::size_t size, int ranks, int rank) {
+  const auto n = static_cast<std::size_t>(ranks);
+  const std::size_t share = (size + n - 1) / n;
+  const std::size_t per = (share + chunk_alignment - 1) / chunk_alignment * chunk_alignment;
+  const std::size_t begin = std::min(size, per * static_cast<std::size_t>(rank));
+  return {begin, std::min(size, begin + per)};
+}
+
+// dst[i] = src_0[i] + src_1[i] + ... in rank order, over [begin, end).
+void sum_in_rank_order(float* const* bufs, int ranks, std::size_t begin, std::size_t end, float* dst) {
+  std::array<float, reduce_block> acc;
+  for (std::size_t b = begin; b < end; b += reduce_block) {
+    const std::size_t len = std::min(reduce_block, end - b);
+    std::memcpy(acc.data(), bufs[0] + b, len * sizeof(float));
+    for (int k = 1; k < ranks; ++k) {
+      const float* src = bufs[k] + b;
+      for (std::size_t i = 0; i < len; ++i) acc[i] += src[i];
+    }
+    std::memcpy(dst + b, acc.data(), len * sizeof(float));
+  }
+}
+
 struct shared_state {
   shared_state(int n, const local_group_options& o)
       : ranks(n), barrier(n, o.spin_time, o.oversubscribed), buffers(static_cast<std::size_t>(n)), sizes(static_cast<std::size_t>(n)),
-                                 roots(static_cast<std::size_t>(n)) {}
+                                 roots(static_cast<std::size_t>(n)), gathers(static_cast<std::size_t>(n)) {}
   const int ranks;
   spin_barrier barrier;
   std::vector<float*> buffers;
   std::vector<std::size_t> sizes;
   std::vector<int> roots;
+  std::vector<std::span<const std::span<float>>> gathers;  // all_gather's buffer lists
   std::atomic<int> broken{-1};  // collective_errc of the first failure, or -1
 };
 
@@ -36,40 +61,59 @@ class local_endpoint final : public collective {
   int rank() const noexcept override { return rank_; }
   int size() const noexcept override { return state_->ranks; }
 
+  std::pair<std::size_t, std::size_t> chunk(std::size_t size, int rank) const noexcept override {
+    return chunk_of(size, state_->ranks, rank);
+  }
+
   void all_reduce_sum(std::span<float> data, const collective_options& options) override {
     const auto deadline = spin_barrier::clock::now() + options.timeout;
     post(data.data(), data.size(), 0);
     wait(deadline, "all_reduce");
     check_uniform(data.size(), "all_reduce");
     const int n = state_->ranks;
-    auto chunk = [&](int r) {
-      const std::size_t share = (data.size() + static_cast<std::size_t>(n) - 1) / static_cast<std::size_t>(n);
-      const std::size_t per = (share + chunk_alignment - 1) / chunk_alignment * chunk_alignment;
-      const std::size_t begin = std::min(data.size(), per * static_cast<std::size_t>(r));
-      return std::pair{begin, std::min(data.size(), begin + per)};
-    };
-    // Reduce-scatter: this rank owns chunk rank_ and sums it in rank order.
-    const auto [begin, end] = chunk(rank_);
     float* const* bufs = state_->buffers.data();
-    std::array<float, reduce_block> acc;
-    for (std::size_t b = begin; b < end; b += reduce_block) {
-      const std::size_t len = std::min(reduce_block, end - b);
-      std::memcpy(acc.data(), bufs[0] + b, len * sizeof(float));
-      for (int k = 1; k < n; ++k) {
-        const float* src = bufs[k] + b;
-        for (std::size_t i = 0; i < len; ++i) acc[i] += src[i];
-      }
-      std::memcpy(data.data() + b, acc.data(), len * sizeof(float));
-    }
+    // Reduce-scatter: this rank owns chunk rank_ and sums it in rank order.
+    const auto [begin, end] = chunk(data.size(), rank_);
+    sum_in_rank_order(bufs, n, begin, end, data.data());
     wait(deadline, "all_reduce");
     // All-gather: copy every other rank's finished chunk.
     for (int k = 0; k < n; ++k) {
       if (k == rank_) continue;
-      const auto [kb, ke] = chunk(k);
+      const auto [kb, ke] = chunk(data.size(), k);
       if (ke > kb) std::memcpy(data.data() + kb, bufs[k] + kb, (ke - kb) * sizeof(float));
     }
     // Nobody may return, and reuse its buffer, while another rank still reads it.
     wait(deadline, "all_reduce");
+  }
+
+  void reduce_scatter_sum(std::span<float> data, const collective_options& options) override {
+    const auto deadline = spin_barrier::clock::now() + options.timeout;
+    post(data.data(), data.size(), 0);
+    wait(deadline, "reduce_scatter");
+    check_uniform(data.size(), "reduce_scatter");
+    const auto [begin, end] = chunk(data.size(), rank_);
+    sum_in_rank_order(state_->buffers.data(), state_->ranks, begin, end, data.data());
+    wait(deadline, "reduce_scatter");
+  }
+
+  void all_gather(std::span<const std::span<float>> buffers, const collective_options& options) override {
+    const auto deadline = spin_barrier::clock::now() + options.timeout;
+    state_->gathers[static_cast<std::size_t>(rank_)] = buffers;
+    post(nullptr, buffers.size(), 0);
+    wait(deadline, "all_gather");
+    check_uniform(buffers.size(), "all_gather");
+    for (int k = 0; k < state_->ranks; ++k) {
+      if (k == rank_) continue;
+      const auto& theirs = state_->gathers[static_cast<std::size_t>(k)];
+      for (std::size_t b = 0; b < buffers.size(); ++b) {
+        if (theirs[b].size() != buffers[b].size())
+          fail(collective_errc::mismatch, "all_gather: buffer " + std::to_string(b) + " has " + std::to_string(buffers[b].size()) +
+                                              " floats here, " + std::to_string(theirs[b].size()) + " on rank " + std::to_string(k));
+        const auto [kb, ke] = chunk(buffers[b].size(), k);
+        if (ke > kb) std::memcpy(buffers[b].data() + kb, theirs[b].data() + kb, (ke - kb) * sizeof(float));
+      }
+    }
+    wait(deadline, "all_gather");
   }
 
   void broadcast(std::span<float> data, int root, const collective_options& options) override {

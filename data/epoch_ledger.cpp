@@ -17,6 +17,7 @@ void epoch_ledger::start_epoch(std::int64_t epoch) {
   front_head_ = 0;
   std::fill(state_.begin(), state_.end(), index_state::waiting);
   committed_ = 0;
+  requeued_total_ = 0;
 }
 
 void epoch_ledger::restore(const ledger_position& position) {

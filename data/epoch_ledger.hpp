@@ -38,6 +38,7 @@ class epoch_ledger {
   // Indices not yet handed out (re-queued and fresh).
   std::size_t waiting() const noexcept { return front_.size() + (order_.size() - cursor_); }
   std::size_t committed() const noexcept { return committed_; }
+  // Indices re-queued in this epoch.
   std::uint64_t requeued_total() const noexcept { return requeued_total_; }
   bool epoch_complete() const noexcept { return committed_ == state_.size(); }
 

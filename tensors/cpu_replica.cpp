@@ -1,6 +1,7 @@
 #include "tensors/cpu_replica.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cassert>
 #include <cstring>
 #include <stdexcept>
@@ -12,14 +13,17 @@ cpu_replica::cpu_replica(mlp_spec spec, optimizer_config opt, std::size_t micro_
       layout_(make_state_layout(spec, opt)),
       model_(std::move(spec), micro_batch),
       state_(layout_.total_size()),
-      grads_(layout_.parameter_size + 1),
+      grads_(layout_.parameter_size),
       x_(micro_batch * static_cast<std::size_t>(model_.spec().inputs())),
       y_(micro_batch) {
-  for (std::size_t s = 0; s < layout_.slots.size(); ++s)
-    slots_.emplace_back(state_.data() + (s + 1) * layout_.parameter_size, layout_.parameter_size);
+  for (std::size_t s = 0; s <= layout_.slots.size(); ++s)
+    sections_.emplace_back(state_.data() + s * layout_.parameter_size, layout_.parameter_size);
 }
 
-void cpu_replica::zero_grad() { grads_.fill(0.0f); }
+void cpu_replica::zero_grad() {
+  grads_.fill(0.0f);
+  samples_ = 0.0;
+}
 
 std::size_t cpu_replica::gather(const batch_ref& rows) {
   const std::size_t n = rows.indices.size();
@@ -37,7 +41,7 @@ std::size_t cpu_replica::gather(const batch_ref& rows) {
 batch_stats cpu_replica::accumulate(const batch_ref& rows) {
   const std::size_t n = gather(rows);
   const batch_stats stats = model_.forward_backward(state_.data(), grads_.data(), x_.data(), y_.data(), n);
-  grads_[layout_.parameter_size] += static_cast<float>(n);
+  samples_ += static_cast<double>(n);
   return stats;
 }
 
@@ -46,16 +50,17 @@ batch_stats cpu_replica::evaluate(const batch_ref& rows) {
   return model_.evaluate(state_.data(), x_.data(), y_.data(), n);
 }
 
-std::span<float> cpu_replica::reduce_buffer() { return grads_.span(); }
-
-bool cpu_replica::apply_step(double lr) {
-  const float count = grads_[layout_.parameter_size];
-  if (count <= 0.0f) return false;
-  const std::int64_t steps = optimizer_steps();
-  optimizer_step(opt_, state_.span().first(layout_.parameter_size), grads_.span(), slots_, 1.0f / count, lr, steps);
-  write_step_counter(state_.span(), layout_, steps + 1);
-  return true;
+void cpu_replica::apply_update(double lr, double total_samples, std::size_t begin, std::size_t end) {
+  if (total_samples <= 0.0 || end <= begin) return;
+  std::array<std::span<float>, 2> slots;  // at most two slots (AdamW)
+  const std::size_t n_slots = sections_.size() - 1;
+  for (std::size_t s = 0; s < n_slots; ++s) slots[s] = sections_[s + 1].subspan(begin, end - begin);
+  optimizer_step(opt_, sections_[0].subspan(begin, end - begin), grads_.span().subspan(begin, end - begin),
+                 std::span<const std::span<float>>(slots.data(), n_slots), static_cast<float>(1.0 / total_samples), lr,
+                 optimizer_steps());
 }
+
+void cpu_replica::finish_step() { write_step_counter(state_.span(), layout_, optimizer_steps() + 1); }
 
 std::vector<float> cpu_replica::export_state() const { return {state_.data(), state_.data() + state_.size()}; }
 

@@ -19,8 +19,11 @@ class cpu_replica final : public replica {
   void zero_grad() override;
   batch_stats accumulate(const batch_ref& rows) override;
   batch_stats evaluate(const batch_ref& rows) override;
-  std::span<float> reduce_buffer() override;
-  bool apply_step(double lr) override;
+  double samples() const override { return samples_; }
+  std::span<float> gradients() override { return grads_.span(); }
+  void apply_update(double lr, double total_samples, std::size_t begin, std::size_t end) override;
+  void finish_step() override;
+  std::span<const std::span<float>> state_sections() override { return sections_; }
 
   std::span<float> state_buffer() override { return state_.span(); }
   std::int64_t optimizer_steps() const override { return read_step_counter(state_.span(), layout_); }
@@ -37,10 +40,11 @@ class cpu_replica final : public replica {
   state_layout layout_;
   mlp model_;
   aligned_buffer<float> state_;  // See Note [Replica state buffer]
-  aligned_buffer<float> grads_;  // gradient sums (parameter layout), then the sample count
+  aligned_buffer<float> grads_;  // gradient sums (parameter layout)
+  double samples_ = 0.0;
   aligned_buffer<float> x_;      // (micro_batch, inputs)
   aligned_buffer<std::int32_t> y_;
-  std::vector<std::span<float>> slots_;
+  std::vector<std::span<float>> sections_;  // parameters, then each slot
 };
 
 }  // namespace dpactor

@@ -9,6 +9,16 @@
 // holding the optimizer step counter. Broadcasting that one buffer from the
 // state source makes a newcomer identical to the others in one collective
 // call, and checkpoints are cut out of it by tensor name.
+//
+// Note [Sharded optimizer step]
+// The optimizer is element-wise, so the members split its work: the gradients
+// are reduce-scattered (each member sums the part it owns, in rank order),
+// each member updates its part of the parameters and of every optimizer slot,
+// and the parts are all-gathered. Every element of the new state is computed
+// by exactly one member and copied to the others, so replicas stay bitwise
+// identical, parameters and optimizer state alike; on N members each does 1/N
+// of the optimizer's memory traffic. The sample count travels in a separate
+// small all-reduce first, since every member needs the total.
 
 #include <cstddef>
 #include <cstdint>
@@ -61,16 +71,24 @@ class replica {
   // Zeroes the gradient sums and the sample count.
   virtual void zero_grad() = 0;
   // Forward and backward over at most max_rows() rows; adds the gradient sums
-  // and the row count to the reduce buffer.
+  // and counts the rows.
   virtual batch_stats accumulate(const batch_ref& rows) = 0;
   virtual batch_stats evaluate(const batch_ref& rows) = 0;
+  // Rows accumulated since zero_grad().
+  virtual double samples() const = 0;
 
-  // What the collective sums: the gradient sums, then the sample count.
-  virtual std::span<float> reduce_buffer() = 0;
-  // Optimizer step with the reduced gradients divided by the reduced sample
-  // count; increments the step counter. Returns false (and changes nothing)
-  // when the reduced count is zero.
-  virtual bool apply_step(double lr) = 0;
+  // The gradient sums, laid out like the parameters (layout().parameter_size
+  // floats): what the collective reduces.
+  virtual std::span<float> gradients() = 0;
+  // The optimizer step for elements [begin, end) of the parameter section and
+  // of each slot section, with the reduced gradients divided by
+  // `total_samples` (See Note [Sharded optimizer step]).
+  virtual void apply_update(double lr, double total_samples, std::size_t begin, std::size_t end) = 0;
+  // Counts one optimizer step; call once per step after every part is updated.
+  virtual void finish_step() = 0;
+  // The parameter section, then each slot section: what the owners of the
+  // updated parts gather to everyone.
+  virtual std::span<const std::span<float>> state_sections() = 0;
 
   // See Note [Replica state buffer]. For the CPU replica the span is host
   // memory; for a GPU replica it is device memory.

@@ -22,24 +22,28 @@ class cutting_replica final : public replica {
  public:
   cutting_replica(std::shared_ptr<device_control> control, std::int64_t cut_step, int cut_after)
       : control_(std::move(control)), cut_step_(cut_step), cut_after_(cut_after),
-        layout_(make_state_layout(spec_, optimizer_config{})), state_(layout_.total_size()), grads_(layout_.parameter_size + 1) {}
+        layout_(make_state_layout(spec_, optimizer_config{})), state_(layout_.total_size()), grads_(layout_.parameter_size),
+        sections_{std::span<float>(state_).first(layout_.parameter_size)} {}
 
   const mlp_spec& spec() const noexcept override { return spec_; }
   const state_layout& layout() const noexcept override { return layout_; }
   std::size_t max_rows() const noexcept override { return 2; }
-  void zero_grad() override { std::fill(grads_.begin(), grads_.end(), 0.0f); }
+  void zero_grad() override {
+    std::fill(grads_.begin(), grads_.end(), 0.0f);
+    samples_ = 0;
+  }
   batch_stats accumulate(const batch_ref& rows) override {
     trained.insert(trained.end(), rows.indices.begin(), rows.indices.end());
-    grads_.back() += static_cast<float>(rows.indices.size());
+    samples_ += static_cast<double>(rows.indices.size());
     if (++calls_ == cut_after_) control_->cut_step.store(cut_step_);
     return {0.0, 0, static_cast<std::int64_t>(rows.indices.size())};
   }
   batch_stats evaluate(const batch_ref&) override { return {}; }
-  std::span<float> reduce_buffer() override { return grads_; }
-  bool apply_step(double) override {
-    write_step_counter(state_, layout_, optimizer_steps() + 1);
-    return true;
-  }
+  double samples() const override { return samples_; }
+  std::span<float> gradients() override { return grads_; }
+  void apply_update(double, double, std::size_t, std::size_t) override {}
+  void finish_step() override { write_step_counter(state_, layout_, optimizer_steps() + 1); }
+  std::span<const std::span<float>> state_sections() override { return sections_; }
   std::span<float> state_buffer() override { return state_; }
   std::int64_t optimizer_steps() const override { return read_step_counter(state_, layout_); }
   std::vector<float> export_state() const override { return state_; }
@@ -58,6 +62,8 @@ class cutting_replica final : public replica {
   state_layout layout_;
   std::vector<float> state_;
   std::vector<float> grads_;
+  std::vector<std::span<float>> sections_;
+  double samples_ = 0;
 };
 
 TEST(DeviceCut, ReturnsExactlyTheUntouchedIndices) {

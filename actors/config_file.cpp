@@ -257,7 +257,10 @@ const std::vector<key_spec>& schema() {
               "Rows per forward/backward pass on a device; a shard is processed in micro-batches and "
               "their gradients summed (memory bound, not a change of arithmetic).");
     b.integer("prefetch", [](job_config& c) -> std::int64_t& { return c.train.prefetch; }, 1,
-              "Steps of shards queued ahead at each device.");
+              "Shard messages queued ahead at each device.");
+    b.integer("steps_per_message", [](job_config& c) -> std::int64_t& { return c.train.steps_per_message; }, 0,
+              "Consecutive steps the loader sends a device in one message (0 = automatic: about 2 ms of work "
+              "per message). A stop takes effect within prefetch x this many steps.", 4096);
     b.integer("log_every", [](job_config& c) -> std::int64_t& { return c.train.log_every; }, 1,
               "Steps between step records (metrics file, event callback, progress line).");
     b.string("checkpoint_dir", [](job_config& c) -> std::string& { return c.train.checkpoint_dir; },

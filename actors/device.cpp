@@ -43,7 +43,7 @@ struct injected_failure : std::runtime_error {
 
 // Forward and backward over the shard in micro-batches, honouring cuts and
 // injected faults. Returns the stats and how many indices it processed.
-std::pair<batch_stats, std::size_t> compute_shard(device_state& st, const shard_msg& shard) {
+std::pair<batch_stats, std::size_t> compute_shard(device_state& st, const step_shard& shard) {
   replica& model = *st.setup->model;
   const std::int64_t step_number = shard.step + 1;  // faults count steps from 1
   if (const fault_spec* f = find_fault(st, fault_kind::jitter, step_number)) {
@@ -83,31 +83,38 @@ void report_failure(device_ptr self, std::int64_t step, const std::string& what)
 }
 
 // The step header all-reduced before the gradients: samples, loss sum and
-// correct count summed over members, then each member's compute time and
-// sample count in its own slot. See Note [One step report].
+// correct count summed over members, then each member's compute time, sample
+// count and returned count in its own slot. See Note [One step report].
 enum header_slot : std::size_t { h_samples = 0, h_loss = 1, h_correct = 2, h_members = 3 };
 
-void run_step(device_ptr self, const shard_msg& shard) {
+// One step of a shard message; adds its record for the report (first member).
+void run_step(device_ptr self, const step_shard& shard) {
   auto& st = self->state;
   replica& model = *st.setup->model;
   const auto start = clock_type::now();
   model.zero_grad();
   const auto [stats, done] = compute_shard(st, shard);
   const double compute_s = seconds_since(start);
-  if (st.setup->report_computed || done < shard.indices.size()) {
-    computed_msg computed{st.generation, shard.step, st.rank, stats.samples, compute_s, {}};
-    computed.returned.assign(shard.indices.begin() + static_cast<std::ptrdiff_t>(done), shard.indices.end());
-    self->send(st.reducer, std::move(computed));
-  }
+  const std::size_t returned = shard.indices.size() - done;
+  if (returned > 0)
+    self->send(st.reducer, shard_cut_msg{st.generation, shard.step, st.rank, stats.samples,
+                                         {shard.indices.begin() + static_cast<std::ptrdiff_t>(done), shard.indices.end()}});
   const auto members = static_cast<std::size_t>(st.comm->size());
   const auto rank = static_cast<std::size_t>(st.rank);
-  st.header.assign(h_members + 2 * members, 0.0f);
+  st.header.assign(h_members + 3 * members, 0.0f);
   st.header[h_samples] = static_cast<float>(stats.samples);
   st.header[h_loss] = static_cast<float>(stats.loss_sum);
   st.header[h_correct] = static_cast<float>(stats.correct);
   st.header[h_members + rank] = static_cast<float>(compute_s);
   st.header[h_members + members + rank] = static_cast<float>(stats.samples);
-  st.comm->all_reduce_sum(st.header, st.setup->collective);
+  st.header[h_members + 2 * members + rank] = static_cast<float>(returned);
+  // Waiting here past the deadline, tell the reducer who is late.
+  collective_options header_options = st.setup->collective;
+  st.late.step = shard.step;
+  header_options.observer = &st.late;
+  const double allowed = std::max(st.setup->late_floor_s, st.setup->late_factor * st.compute_times.median());
+  header_options.late_at = start + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(allowed));
+  st.comm->all_reduce_sum(st.header, header_options);
   // See Note [Sharded optimizer step].
   const std::span<float> grads = model.gradients();
   st.comm->reduce_scatter_sum(grads, st.setup->collective);
@@ -116,22 +123,40 @@ void run_step(device_ptr self, const shard_msg& shard) {
   st.comm->all_gather(model.state_sections(), st.setup->collective);
   model.finish_step();
   st.last_step = shard.step;
+  for (std::size_t r = 0; r < members; ++r)
+    if (st.header[h_members + 2 * members + r] == 0.0f && st.header[h_members + members + r] > 0.0f)
+      st.compute_times.push(st.header[h_members + r]);
   if (st.rank == 0 || st.setup->verify_replicas) {
-    step_done_msg done_msg{st.generation, shard.step, shard.epoch, st.rank,
-                           static_cast<double>(st.header[h_loss]), static_cast<std::int64_t>(st.header[h_correct]),
-                           static_cast<std::int64_t>(st.header[h_samples]), 0, {}, {}};
-    if (st.setup->verify_replicas) done_msg.checksum = model.parameter_checksum();
+    step_record rec{shard.step, shard.epoch, static_cast<double>(st.header[h_loss]),
+                    static_cast<std::int64_t>(st.header[h_correct]), static_cast<std::int64_t>(st.header[h_samples]), 0,
+                    {}, {}, {}};
+    if (st.setup->verify_replicas) rec.checksum = model.parameter_checksum();
     const auto first = st.header.begin() + static_cast<std::ptrdiff_t>(h_members);
-    done_msg.compute_s.assign(first, first + static_cast<std::ptrdiff_t>(members));
-    done_msg.member_samples.assign(first + static_cast<std::ptrdiff_t>(members), st.header.end());
-    self->send(st.reducer, std::move(done_msg));
+    const auto m = static_cast<std::ptrdiff_t>(members);
+    rec.compute_s.assign(first, first + m);
+    rec.member_samples.assign(first + m, first + 2 * m);
+    rec.member_returned.assign(first + 2 * m, first + 3 * m);
+    st.records.push_back(std::move(rec));
   }
+}
+
+void send_report(device_ptr self) {
+  auto& st = self->state;
+  if (st.records.empty()) return;
+  self->send(st.reducer, steps_done_msg{st.generation, st.rank, std::move(st.records)});
+  st.records.clear();
 }
 
 }  // namespace
 
+void late_reporter::on_late(std::span<const int> missing_ranks) {
+  auto& st = self->state;
+  self->send(st.reducer, late_msg{st.generation, step, st.rank, {missing_ranks.begin(), missing_ranks.end()}});
+}
+
 caf::behavior device_actor(caf::stateful_actor<device_state>* self, std::shared_ptr<device_setup> setup) {
   self->state.setup = std::move(setup);
+  self->state.late.self = self;
   self->state.last_step = self->state.setup->model->optimizer_steps() - 1;
   return {
       [self](begin_generation_msg& msg) {
@@ -150,22 +175,29 @@ caf::behavior device_actor(caf::stateful_actor<device_state>* self, std::shared_
           self->send(st.reducer, step_aborted_msg{st.generation, st.last_step + 1, st.rank, e.what()});
         }
       },
-      [self](const shard_msg& shard) {
+      [self](const shard_msg& msg) {
         auto& st = self->state;
-        // Planned for an ended generation, or the reducer is ending this one.
-        if (shard.generation != st.generation || st.group->aborted()) return;
-        try {
-          run_step(self, shard);
-        } catch (const collective_error& e) {
-          self->send(st.reducer, step_aborted_msg{st.generation, shard.step, st.rank, e.what()});
-        } catch (const std::exception& e) {
-          report_failure(self, shard.step, e.what());
-          self->quit(caf::make_error(caf::sec::runtime_error, e.what()));
+        for (const step_shard& shard : msg.steps) {
+          // Planned for an ended generation, or the reducer is ending this one.
+          if (msg.generation != st.generation || !st.group || st.group->aborted()) break;
+          try {
+            run_step(self, shard);
+          } catch (const collective_error& e) {
+            send_report(self);
+            self->send(st.reducer, step_aborted_msg{st.generation, shard.step, st.rank, e.what()});
+            return;
+          } catch (const std::exception& e) {
+            send_report(self);
+            report_failure(self, shard.step, e.what());
+            self->quit(caf::make_error(caf::sec::runtime_error, e.what()));
+            return;
+          }
         }
+        send_report(self);
       },
       [self](const evaluate_msg& msg) {
         auto& st = self->state;
-        if (msg.generation != st.generation || st.group->aborted()) return;
+        if (msg.generation != st.generation || !st.group || st.group->aborted()) return;
         st.eval_rows.resize(msg.end - msg.begin);
         std::iota(st.eval_rows.begin(), st.eval_rows.end(), msg.begin);
         try {
@@ -184,7 +216,7 @@ caf::behavior device_actor(caf::stateful_actor<device_state>* self, std::shared_
       },
       [self](const snapshot_msg& msg) {
         auto& st = self->state;
-        if (msg.generation != st.generation || st.group->aborted()) return;
+        if (msg.generation != st.generation || !st.group || st.group->aborted()) return;
         self->send(st.reducer, state_msg{msg.step, st.setup->model->export_state()});
       },
       [](const finish_msg&) {

@@ -6,7 +6,8 @@
 // applies the optimizer, and reports `step_done`. Nothing on this path waits
 // for the reducer: see Note [Work flows through the loader].
 //
-// Handles, from the loader in order: begin_generation_msg, shard_msg,
+// Handles, from the loader in order: begin_generation_msg, shard_msg (one or
+// more consecutive steps),
 // evaluate_msg, snapshot_msg, finish_msg; from the reducer: suspend_atom,
 // state_atom, inject_msg; from the engine: params_request.
 //
@@ -15,9 +16,10 @@
 // mailbox only between messages. The reducer therefore stores the step number
 // in the member's device_control, which the device reads between
 // micro-batches (across processes, the node actor will do the store when a cut
-// message arrives). A cut device stops before its next micro-batch, joins the
-// collective with the samples it has, and reports the untouched indices in its
-// `computed` message; the loader hands them out again later in the epoch.
+// message arrives). The reducer learns who is late from the members that wait
+// for them (late_msg). A cut device stops before its next micro-batch, joins
+// the collective with the samples it has, and reports the untouched indices
+// (shard_cut_msg); the loader hands them out again later in the epoch.
 
 #include <atomic>
 #include <memory>
@@ -29,6 +31,7 @@
 
 #include "actors/fault_plan.hpp"
 #include "actors/messages.hpp"
+#include "actors/straggler.hpp"
 #include "comms/collective.hpp"
 #include "data/dataset.hpp"
 #include "tensors/lr_schedule.hpp"
@@ -51,10 +54,21 @@ struct device_setup {
   lr_schedule schedule;
   collective_options collective;
   bool verify_replicas = false;
-  bool report_computed = false;  // the reducer may cut stragglers: report before the collective
+  // When a member waiting in a step's collective reports the late ones:
+  // late_factor x the median compute time after the step started, but not
+  // sooner than late_floor_s.
+  double late_factor = 2.0;
+  double late_floor_s = 0.001;
   std::shared_ptr<device_control> control;
   std::vector<fault_spec> faults;  // this device's injected faults
   std::uint64_t fault_seed = 1;
+};
+
+// Tells the reducer who is late in the current step's collective.
+struct late_reporter final : late_observer {
+  void on_late(std::span<const int> missing_ranks) override;
+  caf::stateful_actor<struct device_state>* self = nullptr;
+  std::int64_t step = 0;
 };
 
 struct device_state {
@@ -67,6 +81,9 @@ struct device_state {
   std::int64_t last_step = -1;  // last step whose update this replica applied
   std::vector<std::uint32_t> eval_rows;
   std::vector<float> header;  // See Note [One step report]
+  rolling_median compute_times{64};  // of complete shards, all members (from the headers)
+  late_reporter late;
+  std::vector<step_record> records;  // of the shard message in progress
   std::optional<rng> jitter_rng;
   static inline const char* name = "device";
 };

@@ -31,6 +31,11 @@ namespace {
 // the checkpoint writer are detached and bring their own threads.
 constexpr std::size_t scheduler_threads = 1;
 
+// Without cuts, a member reports who it waits for only after this long: the
+// report then serves to name the suspects if the step hangs.
+constexpr double late_factor_without_cuts = 20.0;
+constexpr double late_floor_without_cuts_s = 0.05;
+
 int hardware_cores() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }
 
 // The replica state every member starts from: fresh, from weights, or resumed.
@@ -206,8 +211,11 @@ void Engine::start() {
     setup->schedule = schedule;
     setup->collective.timeout = collective_timeout;
     setup->verify_replicas = config.train.verify_replicas;
-    setup->report_computed =
+    const bool cuts =
         config.straggler.policy == straggler_policy::cut || config.straggler.policy == straggler_policy::balance_cut;
+    // Without cuts, lateness is reported only to name suspects of a hang.
+    setup->late_factor = cuts ? config.straggler.deadline_factor : late_factor_without_cuts;
+    setup->late_floor_s = cuts ? config.straggler.deadline_floor_ms / 1000.0 : late_floor_without_cuts_s;
     setup->control = std::make_shared<device_control>();
     for (const auto& f : faults)
       if (is_device_fault(f) && f.device == id) setup->faults.push_back(f);
@@ -229,6 +237,7 @@ void Engine::start() {
   ls.epochs = config.train.epochs;
   ls.max_steps = config.train.max_steps;
   ls.prefetch = config.train.prefetch;
+  ls.steps_per_message = config.train.steps_per_message;
   ls.seed = static_cast<std::uint64_t>(config.train.seed);
   ls.shuffle = config.train.shuffle;
   ls.checkpoints = checkpoints;

@@ -21,7 +21,8 @@ struct train_config {
   bool shuffle = true;
   std::int64_t seed = 42;
   std::int64_t micro_batch = 256;  // rows per forward/backward call on a device
-  std::int64_t prefetch = 2;       // steps of shards queued ahead at each device
+  std::int64_t prefetch = 2;       // shard messages queued ahead at each device
+  std::int64_t steps_per_message = 0;  // consecutive steps per shard message; 0 = automatic
   std::int64_t log_every = 50;     // steps between step records
   std::string checkpoint_dir = "checkpoints";  // "" = no checkpoints
   std::int64_t checkpoint_every = 0;           // steps; 0 = only at the end

@@ -50,23 +50,53 @@ void send_ledger_snapshot(loader_ptr self, std::int64_t step) {
   self->send(st.reducer, ledger_snapshot_msg{step, st.ledger->position(st.scratch)});
 }
 
-// Applies a commit: cut indices go back to the ledger, the rest is trained.
+// Applies a commit: every step up to `through`, whose cut indices go back to
+// the ledger while the rest is trained.
 void apply_commit(loader_ptr self, const committed_msg& msg) {
   auto& st = self->state;
-  auto it = st.in_flight.find(msg.step);
-  if (it == st.in_flight.end()) return;
-  auto& indices = it->second.indices;
-  if (!msg.returned.empty()) {
-    st.ledger->requeue(msg.returned);
-    std::vector<std::uint32_t> returned = msg.returned;
-    std::sort(returned.begin(), returned.end());
-    std::erase_if(indices, [&](std::uint32_t i) { return std::binary_search(returned.begin(), returned.end(), i); });
+  std::size_t next_returned = 0;
+  while (!st.in_flight.empty() && st.in_flight.begin()->first <= msg.through) {
+    auto it = st.in_flight.begin();
+    const std::int64_t step = it->first;
+    auto& indices = it->second.indices;
+    while (next_returned < msg.returned.size() && msg.returned[next_returned].step < step) ++next_returned;
+    if (next_returned < msg.returned.size() && msg.returned[next_returned].step == step) {
+      const auto& back = msg.returned[next_returned].indices;
+      st.ledger->requeue(back);
+      std::vector<std::uint32_t> sorted = back;
+      std::sort(sorted.begin(), sorted.end());
+      std::erase_if(indices, [&](std::uint32_t i) { return std::binary_search(sorted.begin(), sorted.end(), i); });
+    }
+    st.ledger->commit(indices);
+    st.committed_step = std::max(st.committed_step, step);
+    const bool snapshot = it->second.snapshot;
+    st.in_flight.erase(it);
+    if (snapshot) send_ledger_snapshot(self, step);
   }
-  st.ledger->commit(indices);
-  st.committed_step = std::max(st.committed_step, msg.step);
-  const bool snapshot = it->second.snapshot;
-  st.in_flight.erase(it);
-  if (snapshot) send_ledger_snapshot(self, msg.step);
+  st.committed_step = std::max(st.committed_step, msg.through);
+}
+
+// Steps per shard message: about `message_work` of work each, from the
+// measured step time. See Note [Work flows through the loader].
+constexpr double message_work_s = 0.002;
+constexpr std::int64_t max_steps_per_message = 64;
+
+void measure_step_time(loader_ptr self, std::int64_t through) {
+  auto& st = self->state;
+  const auto now = std::chrono::steady_clock::now();
+  if (st.last_commit_step >= 0 && through > st.last_commit_step) {
+    const double per_step = std::chrono::duration<double>(now - st.last_commit_time).count() /
+                            static_cast<double>(through - st.last_commit_step);
+    st.step_seconds = st.step_seconds == 0.0 ? per_step : 0.8 * st.step_seconds + 0.2 * per_step;
+  }
+  st.last_commit_time = now;
+  st.last_commit_step = through;
+  if (st.setup.steps_per_message > 0) {
+    st.steps_per_message = st.setup.steps_per_message;
+  } else if (st.step_seconds > 0.0) {
+    st.steps_per_message = std::clamp<std::int64_t>(static_cast<std::int64_t>(message_work_s / st.step_seconds), 1,
+                                                    max_steps_per_message);
+  }
 }
 
 // No more steps: the last issued step is the final one.
@@ -89,29 +119,44 @@ void finish(loader_ptr self, bool evaluated) {
                                        st.requeued_before + static_cast<std::int64_t>(st.ledger->requeued_total())});
 }
 
-void issue_step(loader_ptr self) {
-  auto& st = self->state;
-  const std::int64_t step = st.next_step++;
-  auto& flight = st.in_flight[step];
-  const auto want = std::min<std::size_t>(static_cast<std::size_t>(st.setup.batch_size), st.ledger->waiting());
-  st.ledger->take(want, flight.indices);
-  const auto& members = st.plan.members;
-  const std::vector<double> even(members.size(), 1.0);
-  const auto sizes = split_by_weight(flight.indices.size(), st.weights.size() == members.size() ? st.weights : even);
-  std::size_t begin = 0;
-  for (std::size_t r = 0; r < members.size(); ++r) {
-    const auto first = flight.indices.begin() + static_cast<std::ptrdiff_t>(begin);
-    self->send(members[r], shard_msg{st.plan.generation, step, st.ledger->epoch(),
-                                     {first, first + static_cast<std::ptrdiff_t>(sizes[r])}});
-    begin += sizes[r];
-  }
-  if (st.setup.checkpoints && st.setup.checkpoint_every > 0 && (step + 1) % st.setup.checkpoint_every == 0) {
-    self->send(members.at(0), snapshot_msg{st.plan.generation, step});
-    flight.snapshot = true;
-  }
+// Whether the next step may go out: not past max_steps or a pause point.
+bool may_issue(const loader_state& st) {
+  if (st.setup.max_steps > 0 && st.next_step >= st.setup.max_steps) return false;
+  if (st.pause_after && st.next_step > *st.pause_after) return false;
+  return st.ledger->waiting() > 0;
 }
 
-// Issues as many steps as the prefetch window allows.
+// Sends each member a message with up to steps_per_message consecutive steps.
+// A message ends at a checkpoint step, whose snapshot request follows it.
+void issue_message(loader_ptr self) {
+  auto& st = self->state;
+  const auto& members = st.plan.members;
+  std::vector<shard_msg> out(members.size(), shard_msg{st.plan.generation, {}});
+  const std::vector<double> even(members.size(), 1.0);
+  const auto& weights = st.weights.size() == members.size() ? st.weights : even;
+  std::optional<std::int64_t> snapshot_step;
+  for (std::int64_t i = 0; i < st.steps_per_message && may_issue(st) && !snapshot_step; ++i) {
+    const std::int64_t step = st.next_step++;
+    auto& flight = st.in_flight[step];
+    const auto want = std::min<std::size_t>(static_cast<std::size_t>(st.setup.batch_size), st.ledger->waiting());
+    st.ledger->take(want, flight.indices);
+    const auto sizes = split_by_weight(flight.indices.size(), weights);
+    std::size_t begin = 0;
+    for (std::size_t r = 0; r < members.size(); ++r) {
+      const auto first = flight.indices.begin() + static_cast<std::ptrdiff_t>(begin);
+      out[r].steps.push_back(step_shard{step, st.ledger->epoch(), {first, first + static_cast<std::ptrdiff_t>(sizes[r])}});
+      begin += sizes[r];
+    }
+    if (st.setup.checkpoints && st.setup.checkpoint_every > 0 && (step + 1) % st.setup.checkpoint_every == 0) {
+      flight.snapshot = true;
+      snapshot_step = step;
+    }
+  }
+  for (std::size_t r = 0; r < members.size(); ++r) self->send(members[r], std::move(out[r]));
+  if (snapshot_step) self->send(members.at(0), snapshot_msg{st.plan.generation, *snapshot_step});
+}
+
+// Issues as many shard messages as the prefetch window allows.
 void pump(loader_ptr self) {
   auto& st = self->state;
   while (st.have_plan && !st.finished && !st.paused) {
@@ -124,7 +169,8 @@ void pump(loader_ptr self) {
       self->send(st.reducer, paused_msg{st.next_step - 1});
       return;
     }
-    if (st.next_step - st.committed_step > st.setup.prefetch || st.pending_eval) return;
+    const std::int64_t in_flight = st.next_step - st.committed_step - 1;
+    if (in_flight >= st.setup.prefetch * st.steps_per_message || st.pending_eval) return;
     const bool step_limit = st.setup.max_steps > 0 && st.next_step >= st.setup.max_steps;
     if (st.ledger->waiting() == 0) {
       if (!st.in_flight.empty()) return;  // the epoch ends once all of it is committed
@@ -144,7 +190,7 @@ void pump(loader_ptr self) {
       finish(self, false);
       return;
     }
-    issue_step(self);
+    issue_message(self);
   }
 }
 
@@ -153,10 +199,11 @@ void pump(loader_ptr self) {
 // again under the same step numbers.
 void roll_back(loader_ptr self, const rollback_msg& msg) {
   auto& st = self->state;
-  for (const auto& c : msg.commits) apply_commit(self, c);
+  const std::int64_t through = msg.commit.through;
+  apply_commit(self, msg.commit);
   std::vector<std::uint32_t> undo;
   for (auto it = st.in_flight.begin(); it != st.in_flight.end();) {
-    if (it->first > msg.through) {
+    if (it->first > through) {
       undo.insert(undo.end(), it->second.indices.begin(), it->second.indices.end());
       it = st.in_flight.erase(it);
     } else {
@@ -165,10 +212,11 @@ void roll_back(loader_ptr self, const rollback_msg& msg) {
   }
   st.ledger->requeue_front(undo);
   self->send(st.reducer, rollback_done_msg{static_cast<std::int64_t>(undo.size())});
-  st.committed_step = msg.through;
-  if (st.pending_eval && st.pending_eval->step > msg.through) st.pending_eval.reset();
-  if (st.next_step > msg.through + 1) {
-    st.next_step = msg.through + 1;
+  st.committed_step = through;
+  st.last_commit_step = -1;  // the step-time measurement restarts
+  if (st.pending_eval && st.pending_eval->step > through) st.pending_eval.reset();
+  if (st.next_step > through + 1) {
+    st.next_step = through + 1;
     st.finished = false;  // work remains, or the final evaluation must be redone
   }
 }
@@ -181,6 +229,7 @@ caf::behavior loader_actor(caf::stateful_actor<loader_state>* self, loader_setup
   st.ledger.emplace(st.setup.train_rows, st.setup.seed, st.setup.shuffle);
   st.next_step = st.setup.start_step;
   st.committed_step = st.setup.start_step - 1;
+  st.steps_per_message = std::max<std::int64_t>(1, st.setup.steps_per_message);
   if (st.setup.resume_position) {
     st.ledger->restore(*st.setup.resume_position);
     // A checkpoint taken at the end of an epoch resumes with the next one; that
@@ -199,6 +248,7 @@ caf::behavior loader_actor(caf::stateful_actor<loader_state>* self, loader_setup
         st.paused = false;
         st.pause_after.reset();
         st.weights.clear();
+        st.last_commit_step = -1;
         const auto size = static_cast<std::int32_t>(st.plan.members.size());
         for (std::int32_t r = 0; r < size; ++r)
           self->send(st.plan.members[static_cast<std::size_t>(r)],
@@ -208,6 +258,7 @@ caf::behavior loader_actor(caf::stateful_actor<loader_state>* self, loader_setup
       },
       [self](const committed_msg& msg) {
         apply_commit(self, msg);
+        measure_step_time(self, msg.through);
         pump(self);
       },
       [self](const eval_done_msg& msg) {

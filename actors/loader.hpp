@@ -8,9 +8,13 @@
 // messages placed between them exactly at the step boundary they belong to.
 // CAF keeps the order of messages between two actors, so "snapshot after step
 // 470" needs no synchronisation: the device reaches it after shard 470 and
-// before shard 471. The loader stays at most `train.prefetch` steps ahead of
-// the last committed step, so a device finds its next shard already queued.
-// The reducer steers only through the loader (plans, commits, stop).
+// before shard 471. The loader keeps `train.prefetch` shard messages queued
+// ahead at each device, so a device finds its next shard already there. At
+// small step times one message carries several consecutive steps
+// (train.steps_per_message, automatic by default: about 2 ms of work per
+// message), which keeps the control plane's messages, and the cores their
+// handling takes from the devices, rare. The reducer steers only through the
+// loader (plans, commits, stop).
 //
 // A failure rolls the loader back to the state source's last step: later steps'
 // indices go back to the ledger's front and are planned again, with the same
@@ -22,6 +26,7 @@
 // epoch's final parameters, and an evaluation cut short by a failure is simply
 // sent again to the next generation.
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -40,7 +45,8 @@ struct loader_setup {
   std::int64_t batch_size = 1;
   std::int64_t epochs = 1;
   std::int64_t max_steps = 0;  // 0 = no limit
-  std::int64_t prefetch = 2;
+  std::int64_t prefetch = 2;          // shard messages queued ahead at each device
+  std::int64_t steps_per_message = 0; // 0 = automatic
   std::uint64_t seed = 0;
   bool shuffle = true;
   bool checkpoints = false;          // a checkpoint is wanted at the end
@@ -70,6 +76,10 @@ struct loader_state {
   bool finished = false;
   bool stop_requested = false;
   std::int64_t requeued_before = 0;  // indices re-queued in earlier epochs of this run
+  std::int64_t steps_per_message = 1;
+  double step_seconds = 0.0;          // smoothed time per committed step
+  std::chrono::steady_clock::time_point last_commit_time{};
+  std::int64_t last_commit_step = -1;
   std::optional<evaluate_msg> pending_eval;  // sent, not yet complete: re-sent to a new generation
   static inline const char* name = "loader";
 };

@@ -10,8 +10,8 @@
 //                       snapshot_msg, finish_msg          (one FIFO stream)
 //   loader  -> reducer  ledger_snapshot_msg, epoch_ledger_msg, work_done_msg,
 //                       paused_msg, rollback_done_msg
-//   device  -> reducer  computed_msg (cut policy), step_done_msg (See Note [One step
-//                       report]), evaluated_msg, state_msg,
+//   device  -> reducer  steps_done_msg (See Note [One step report]), shard_cut_msg,
+//                       late_msg, evaluated_msg, state_msg,
 //                       device_failed_msg, step_aborted_msg (one-way reports)
 //   engine  -> reducer  add_device_msg, remove_device_msg, inject_msg, stop_atom
 //   reducer -> writer   write_checkpoint_msg; writer -> reducer checkpoint_written_msg
@@ -42,8 +42,7 @@ using state_atom = caf::atom_constant<caf::atom("state")>;
 using ledger_atom = caf::atom_constant<caf::atom("ledger")>;
 // reducer -> itself: periodic hang check.
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
-// reducer -> itself: check whether a member is past its cut deadline.
-using deadline_atom = caf::atom_constant<caf::atom("deadline")>;
+
 
 // A generation's collective group. Across processes only the descriptor fields
 // travel (the backend and, for NCCL or Gloo, the rendezvous id); in-process the
@@ -72,11 +71,18 @@ struct begin_generation_msg {
   group_ticket group;
 };
 
-struct shard_msg {
-  std::int64_t generation = 0;
+// One member's part of one step.
+struct step_shard {
   std::int64_t step = 0;
   std::int64_t epoch = 0;
   std::vector<std::uint32_t> indices;
+};
+
+// Consecutive steps for one member, in one message: at small step times the
+// loader batches steps so that messages stay rare (train.steps_per_message).
+struct shard_msg {
+  std::int64_t generation = 0;
+  std::vector<step_shard> steps;
 };
 
 struct evaluate_msg {
@@ -98,34 +104,53 @@ struct finish_msg {
   std::int64_t step = 0;
 };
 
-struct computed_msg {
+// A member whose shard was cut short reports the untouched indices (See Note
+// [Cutting a step short]); the step commits once they are in.
+struct shard_cut_msg {
   std::int64_t generation = 0;
   std::int64_t step = 0;
   std::int32_t rank = 0;
-  std::int64_t samples = 0;
-  double compute_s = 0.0;
-  std::vector<std::uint32_t> returned;  // untouched indices of a cut shard
+  std::int64_t samples = 0;             // computed before the cut
+  std::vector<std::uint32_t> returned;  // untouched, in shard order
+};
+
+// A member has waited in a step's collective past its deadline for the
+// members listed: the reducer may cut them, and suspects them if the step
+// makes no progress for the hang timeout.
+struct late_msg {
+  std::int64_t generation = 0;
+  std::int64_t step = 0;
+  std::int32_t rank = 0;
+  std::vector<std::int32_t> missing;
 };
 
 // Note [One step report]
 // A step's statistics travel inside the collective: every member adds its
 // sample count, loss and correct count, and its compute time in its own slot,
-// to a small buffer all-reduced before the gradients. The step's first member
-// then reports the whole step in one message; its report also proves that
-// every member was alive through the step, since the collective needs them
-// all. Only with train.verify_replicas does every member report (its
-// parameter checksum).
-struct step_done_msg {
-  std::int64_t generation = 0;
+// to a small buffer all-reduced before the gradients. The first member then
+// reports the steps of each shard message in one message; its report also
+// proves that every member was alive through those steps, since the
+// collective needs them all. Only with train.verify_replicas does every
+// member report (its parameter checksums). Members do not tell the reducer
+// when they finish computing: a member that waits in the collective past the
+// deadline tells it who is late (late_msg), which is rare.
+struct step_record {
   std::int64_t step = 0;
   std::int64_t epoch = 0;
-  std::int32_t rank = 0;
   double loss_sum = 0.0;       // the step's, over all members
   std::int64_t correct = 0;    // likewise
   std::int64_t samples = 0;    // likewise
-  std::uint64_t checksum = 0;  // of this member's parameters, when train.verify_replicas
-  std::vector<float> compute_s;       // per member, rank order
-  std::vector<float> member_samples;  // per member, rank order
+  std::uint64_t checksum = 0;  // of the reporting member's parameters, when train.verify_replicas
+  std::vector<float> compute_s;        // per member, rank order
+  std::vector<float> member_samples;   // per member
+  std::vector<float> member_returned;  // per member: indices returned by a cut
+};
+
+// The steps of one shard message, reported once they are done.
+struct steps_done_msg {
+  std::int64_t generation = 0;
+  std::int32_t rank = 0;
+  std::vector<step_record> steps;
 };
 
 struct evaluated_msg {
@@ -161,10 +186,16 @@ struct step_aborted_msg {
   std::string what;
 };
 
+struct step_returned {
+  std::int64_t step = 0;
+  std::vector<std::uint32_t> indices;
+};
+
+// Every step up to `through` is committed; cut indices go back to the ledger.
 struct committed_msg {
   std::int64_t generation = 0;
-  std::int64_t step = 0;
-  std::vector<std::uint32_t> returned;  // cut indices: back to the ledger, not committed
+  std::int64_t through = -1;
+  std::vector<step_returned> returned;
 };
 
 // After a failure: steps up to `through` are in the state source's
@@ -172,8 +203,7 @@ struct committed_msg {
 // (hand their indices out again).
 struct rollback_msg {
   std::int64_t generation = 0;
-  std::int64_t through = -1;
-  std::vector<committed_msg> commits;
+  committed_msg commit;
 };
 
 // The reducer has every member's result of an evaluation.
@@ -279,8 +309,12 @@ typename Inspector::result_type inspect(Inspector& f, begin_generation_msg& x) {
            x.group);
 }
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_shard& x) {
+  return f(caf::meta::type_name("step_shard"), x.step, x.epoch, x.indices);
+}
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, shard_msg& x) {
-  return f(caf::meta::type_name("shard_msg"), x.generation, x.step, x.epoch, x.indices);
+  return f(caf::meta::type_name("shard_msg"), x.generation, x.steps);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, evaluate_msg& x) {
@@ -295,13 +329,21 @@ typename Inspector::result_type inspect(Inspector& f, finish_msg& x) {
   return f(caf::meta::type_name("finish_msg"), x.generation, x.step);
 }
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, computed_msg& x) {
-  return f(caf::meta::type_name("computed_msg"), x.generation, x.step, x.rank, x.samples, x.compute_s, x.returned);
+typename Inspector::result_type inspect(Inspector& f, shard_cut_msg& x) {
+  return f(caf::meta::type_name("shard_cut_msg"), x.generation, x.step, x.rank, x.samples, x.returned);
 }
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, step_done_msg& x) {
-  return f(caf::meta::type_name("step_done_msg"), x.generation, x.step, x.epoch, x.rank, x.loss_sum, x.correct,
-           x.samples, x.checksum, x.compute_s, x.member_samples);
+typename Inspector::result_type inspect(Inspector& f, late_msg& x) {
+  return f(caf::meta::type_name("late_msg"), x.generation, x.step, x.rank, x.missing);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_record& x) {
+  return f(caf::meta::type_name("step_record"), x.step, x.epoch, x.loss_sum, x.correct, x.samples, x.checksum,
+           x.compute_s, x.member_samples, x.member_returned);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, steps_done_msg& x) {
+  return f(caf::meta::type_name("steps_done_msg"), x.generation, x.rank, x.steps);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, evaluated_msg& x) {
@@ -321,12 +363,16 @@ typename Inspector::result_type inspect(Inspector& f, step_aborted_msg& x) {
   return f(caf::meta::type_name("step_aborted_msg"), x.generation, x.step, x.rank, x.what);
 }
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_returned& x) {
+  return f(caf::meta::type_name("step_returned"), x.step, x.indices);
+}
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, committed_msg& x) {
-  return f(caf::meta::type_name("committed_msg"), x.generation, x.step, x.returned);
+  return f(caf::meta::type_name("committed_msg"), x.generation, x.through, x.returned);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, rollback_msg& x) {
-  return f(caf::meta::type_name("rollback_msg"), x.generation, x.through, x.commits);
+  return f(caf::meta::type_name("rollback_msg"), x.generation, x.commit);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, eval_done_msg& x) {

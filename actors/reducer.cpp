@@ -99,8 +99,7 @@ void update_shares(reducer_ptr self) {
 
 }  // namespace
 
-// Adds a committed step's tally to the statistics; returns its commit message.
-committed_msg account_step(reducer_ptr self, std::int64_t step, reducer_state::step_tally&& tally) {
+void account_step(reducer_ptr self, std::int64_t step, reducer_state::step_tally&& tally, committed_msg& commit) {
   auto& st = self->state;
   for (auto* s : {&st.interval, &st.epoch}) {
     s->loss_sum += tally.loss_sum;
@@ -112,21 +111,29 @@ committed_msg account_step(reducer_ptr self, std::int64_t step, reducer_state::s
   const auto now = clock_type::now();
   if (st.committed >= 0) st.step_intervals.push(seconds(now - st.last_commit));
   st.committed = step;
-  st.last_commit = now;
+  st.last_commit = st.last_progress = now;
+  commit.through = step;
+  if (!tally.returned.empty()) commit.returned.push_back(step_returned{step, std::move(tally.returned)});
   if ((step + 1) % st.setup.log_every == 0) emit_step_event(self, step, tally.epoch);
-  return committed_msg{st.plan.generation, step, std::move(tally.returned)};
 }
 
 namespace {
 
-// A step is complete when its report is in: rank 0's, or every member's
-// checksum with train.verify_replicas (See Note [One step report]).
+// A step is complete when its report is in (rank 0's; every member's checksum
+// with train.verify_replicas) and so are the untouched indices of every member
+// that was cut. See Note [One step report].
 bool step_complete(const reducer_state& st, const reducer_state::step_tally& t) {
-  return t.stats_known && (!st.setup.verify_replicas || t.reported == static_cast<std::int32_t>(st.members.size()));
+  if (!t.stats_known || (st.setup.verify_replicas && t.reported != static_cast<std::int32_t>(st.members.size())))
+    return false;
+  for (std::size_t r = 0; r < t.member_returned.size(); ++r)
+    if (t.member_returned[r] > 0.0f && !t.cut.count(static_cast<std::int32_t>(r))) return false;
+  return true;
 }
 
 void commit_ready_steps(reducer_ptr self) {
   auto& st = self->state;
+  committed_msg commit{st.plan.generation, st.committed, {}};
+  const std::int64_t before = st.committed;
   while (!st.failed && !st.steps.empty() && st.steps.begin()->first == st.committed + 1 &&
          step_complete(st, st.steps.begin()->second)) {
     auto node = st.steps.extract(st.steps.begin());
@@ -138,8 +145,7 @@ void commit_ready_steps(reducer_ptr self) {
       m.last_done = node.key();
       m.last_heard = m.step_started = now;
       if (r < t.compute_s.size())
-        st.throughput.record(r, static_cast<std::int64_t>(t.member_samples[r]), t.compute_s[r],
-                             !t.cut.count(static_cast<std::int32_t>(r)));
+        st.throughput.record(r, static_cast<std::int64_t>(t.member_samples[r]), t.compute_s[r], t.member_returned[r] == 0.0f);
     }
     if (st.setup.verify_replicas && node.mapped().checksums_differ) {
       fail_run(self, std::make_exception_ptr(training_error(
@@ -147,7 +153,7 @@ void commit_ready_steps(reducer_ptr self) {
                          ": parameter checksums differ between members (train.verify_replicas)")));
       return;
     }
-    self->send(st.setup.loader, account_step(self, node.key(), std::move(node.mapped())));
+    account_step(self, node.key(), std::move(node.mapped()), commit);
     if (st.fault_time) {
       const double ms = seconds(st.last_commit - *st.fault_time) * 1000.0;
       st.summary.max_recovery_ms = std::max(st.summary.max_recovery_ms, ms);
@@ -156,6 +162,7 @@ void commit_ready_steps(reducer_ptr self) {
       st.fault_time.reset();
     }
   }
+  if (st.committed > before) self->send(st.setup.loader, std::move(commit));
   update_shares(self);
   check_pause_complete(self);
   maybe_finish(self);
@@ -203,7 +210,7 @@ void start(reducer_ptr self) {
     self->monitor(d.actor);
     st.next_device_id = std::max(st.next_device_id, d.id + 1);
   }
-  st.train_start = st.last_commit = clock_type::now();
+  st.train_start = st.last_commit = st.last_progress = clock_type::now();
   st.interval.since = st.epoch.since = st.train_start;
   st.change_reasons = {"start"};
   st.plan.generation = -1;
@@ -243,39 +250,40 @@ caf::behavior reducer_actor(caf::stateful_actor<reducer_state>* self, reducer_se
   });
   return {
       [self](start_atom) { start(self); },
-      [self](computed_msg& msg) {
+      [self](shard_cut_msg& msg) {
         auto& st = self->state;
         if (!accepting_reports(st, msg.generation)) return;
-        st.members.at(static_cast<std::size_t>(msg.rank)).last_heard = clock_type::now();
+        ++st.interval_cuts;
+        ++st.summary.cuts;
         auto& tally = st.steps[msg.step];
-        tally.computed.insert(msg.rank);
-        if (!msg.returned.empty()) {
-          ++st.interval_cuts;
-          ++st.summary.cuts;
-          tally.cut.insert(msg.rank);
-          tally.returned.insert(tally.returned.end(), msg.returned.begin(), msg.returned.end());
-        }
-        if (tally.computed.size() + 1 == st.members.size()) schedule_cut(self, msg.step);
+        tally.cut.insert(msg.rank);
+        tally.returned.insert(tally.returned.end(), msg.returned.begin(), msg.returned.end());
+        commit_ready_steps(self);
       },
-      [self](step_done_msg& msg) {
+      [self](const late_msg& msg) {
+        if (accepting_reports(self->state, msg.generation)) on_late(self, msg);
+      },
+      [self](steps_done_msg& msg) {
         auto& st = self->state;
         if (!accepting_reports(st, msg.generation)) return;
-        st.members.at(static_cast<std::size_t>(msg.rank)).last_heard = clock_type::now();
-        auto& tally = st.steps[msg.step];
-        if (msg.rank == 0) {
-          tally.stats_known = true;
-          tally.epoch = msg.epoch;
-          tally.loss_sum = msg.loss_sum;
-          tally.correct = msg.correct;
-          tally.samples = msg.samples;
-          tally.compute_s = std::move(msg.compute_s);
-          tally.member_samples = std::move(msg.member_samples);
+        for (auto& rec : msg.steps) {
+          auto& tally = st.steps[rec.step];
+          if (msg.rank == 0) {
+            tally.stats_known = true;
+            tally.epoch = rec.epoch;
+            tally.loss_sum = rec.loss_sum;
+            tally.correct = rec.correct;
+            tally.samples = rec.samples;
+            tally.compute_s = std::move(rec.compute_s);
+            tally.member_samples = std::move(rec.member_samples);
+            tally.member_returned = std::move(rec.member_returned);
+          }
+          if (st.setup.verify_replicas) {
+            if (tally.reported == 0) tally.checksum = rec.checksum;
+            else if (*tally.checksum != rec.checksum) tally.checksums_differ = true;
+          }
+          ++tally.reported;
         }
-        if (st.setup.verify_replicas) {
-          if (tally.reported == 0) tally.checksum = msg.checksum;
-          else if (*tally.checksum != msg.checksum) tally.checksums_differ = true;
-        }
-        ++tally.reported;
         commit_ready_steps(self);
       },
       [self](const evaluated_msg& msg) {
@@ -288,6 +296,7 @@ caf::behavior reducer_actor(caf::stateful_actor<reducer_state>* self, reducer_se
         t.loss_sum += msg.loss_sum;
         t.correct += msg.correct;
         t.samples += msg.samples;
+        st.last_progress = clock_type::now();
         if (++t.reported == static_cast<std::int32_t>(st.members.size())) {
           const auto done = t;
           st.evals.erase(key);
@@ -355,9 +364,6 @@ caf::behavior reducer_actor(caf::stateful_actor<reducer_state>* self, reducer_se
       [self](tick_atom) {
         check_hangs(self);
         if (!self->state.failed) self->delayed_send(self, tick_interval, tick_atom::value);
-      },
-      [self](deadline_atom, std::int64_t generation, std::int64_t step, std::int32_t rank) {
-        apply_cut(self, generation, step, rank);
       },
       [self](const add_device_msg& msg) {
         auto& st = self->state;

@@ -89,13 +89,13 @@ struct reducer_state {
     std::int64_t correct = 0;
     std::int64_t samples = 0;
     std::optional<std::uint64_t> checksum;
-    std::set<std::int32_t> computed;       // ranks that reported `computed` (cut policy)
-    std::set<std::int32_t> cut;            // ranks whose shard was cut short
+    std::set<std::int32_t> cut;            // ranks whose cut report is in
     std::vector<std::uint32_t> returned;   // cut indices of all members
     bool checksums_differ = false;
     bool stats_known = false;              // loss, counts and times came in (from rank 0)
     std::vector<float> compute_s;          // per member
     std::vector<float> member_samples;     // per member
+    std::vector<float> member_returned;    // per member: how many indices a cut returned
   };
   struct eval_tally {
     std::int32_t reported = 0;
@@ -142,6 +142,14 @@ struct reducer_state {
   std::optional<std::int64_t> last_checkpoint;
   std::vector<double> sent_shares;
 
+  // Who members waiting in a collective last reported late (late_msg).
+  struct late_report {
+    std::int64_t step = -1;
+    std::vector<std::int32_t> missing;
+  };
+  late_report late;
+  clock::time_point last_progress;  // last commit or evaluation result
+
   // Membership changes.
   std::vector<fault_spec> planned_changes;      // leave/join specs not yet applied, by step
   std::vector<std::string> pending_leaves;      // names
@@ -169,7 +177,8 @@ using reducer_ptr = caf::stateful_actor<reducer_state>*;
 caf::behavior reducer_actor(caf::stateful_actor<reducer_state>* self, reducer_setup setup);
 
 // Steps (reducer.cpp), used by the membership code.
-committed_msg account_step(reducer_ptr self, std::int64_t step, reducer_state::step_tally&& tally);
+// Adds a committed step to the statistics; appends its returned indices.
+void account_step(reducer_ptr self, std::int64_t step, reducer_state::step_tally&& tally, committed_msg& commit);
 void maybe_finish(reducer_ptr self);
 void try_write_checkpoint(reducer_ptr self, std::int64_t step);
 
@@ -179,8 +188,7 @@ void handle_fault(reducer_ptr self, std::optional<std::size_t> rank, const std::
 void request_graceful_change(reducer_ptr self);
 void check_pause_complete(reducer_ptr self);
 void check_hangs(reducer_ptr self);
-void schedule_cut(reducer_ptr self, std::int64_t step);
-void apply_cut(reducer_ptr self, std::int64_t generation, std::int64_t step, std::int32_t rank);
+void on_late(reducer_ptr self, const late_msg& msg);
 double hang_timeout(const reducer_state& st);
 void fail_run(reducer_ptr self, std::exception_ptr error);
 

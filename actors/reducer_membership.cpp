@@ -83,12 +83,13 @@ void finish_recovery(reducer_ptr self) {
   if (!source && st.rescue_state) through = std::max(through, st.rescue_state->first);
 
   // Steps up to `through` are in the state source's parameters: commit them.
-  rollback_msg rollback{st.plan.generation, through, {}};
+  rollback_msg rollback{st.plan.generation, committed_msg{st.plan.generation, st.committed, {}}};
   for (std::int64_t s = st.committed + 1; s <= through; ++s) {
     auto it = st.steps.find(s);
     reducer_state::step_tally tally = it == st.steps.end() ? reducer_state::step_tally{} : std::move(it->second);
-    rollback.commits.push_back(account_step(self, s, std::move(tally)));
+    account_step(self, s, std::move(tally), rollback.commit);
   }
+  rollback.commit.through = through;
   st.requeued_by_fault = 0;  // the loader says how many (rollback_done_msg)
   st.steps.clear();
   st.evals.clear();
@@ -219,6 +220,8 @@ void form_generation(reducer_ptr self, std::int32_t state_source) {
   st.pause_point.reset();
   st.suspend_replies.clear();
   st.awaiting_suspend.clear();
+  st.late = {};
+  st.last_progress = now;
   st.current = phase::running;
 
   membership_event e;
@@ -315,47 +318,36 @@ void check_pause_complete(reducer_ptr self) {
 void check_hangs(reducer_ptr self) {
   auto& st = self->state;
   if (st.failed || (st.current != phase::running && st.current != phase::pausing)) return;
-  const auto now = clock_type::now();
+  const bool has_work = !st.work || st.eval_outstanding;
   const double timeout = hang_timeout(st);
-  for (std::size_t r = 0; r < st.members.size(); ++r) {
-    const auto& m = st.members[r];
-    const bool has_work = !st.work || st.eval_outstanding;
-    // A member that reported `computed` waits in the collective for others.
-    const auto tally = st.steps.find(m.last_done + 1);
-    const bool waiting_on_others = tally != st.steps.end() && tally->second.computed.count(static_cast<std::int32_t>(r));
-    const double silent = seconds(now - m.last_heard);
-    if (has_work && !waiting_on_others && silent > timeout) {
-      char text[160];
-      std::snprintf(text, sizeof text, "hung: no report for %.2f s (hang timeout %.2f s)", silent, timeout);
-      handle_fault(self, r, text);
-      return;
-    }
+  const double stalled = seconds(clock_type::now() - st.last_progress);
+  if (!has_work || stalled <= timeout) return;
+  char text[160];
+  std::snprintf(text, sizeof text, "hung: no progress for %.2f s (hang timeout %.2f s)", stalled, timeout);
+  // The members the others waited for in the stalled step are the suspects;
+  // without them, the abort and the survivors' answers tell.
+  if (st.late.step == st.committed + 1 && !st.late.missing.empty()) {
+    const auto suspects = st.late.missing;
+    for (const auto rank : suspects)
+      if (static_cast<std::size_t>(rank) < st.members.size()) handle_fault(self, static_cast<std::size_t>(rank), text);
+    return;
   }
+  char stall[160];
+  std::snprintf(stall, sizeof stall, "step %lld made no progress for %.2f s (hang timeout %.2f s)",
+                static_cast<long long>(st.committed + 2), stalled, timeout);
+  handle_fault(self, std::nullopt, stall);
 }
 
-void schedule_cut(reducer_ptr self, std::int64_t step) {
+void on_late(reducer_ptr self, const late_msg& msg) {
   auto& st = self->state;
+  if (msg.step <= st.committed) return;
+  if (st.late.step != msg.step) st.late = {msg.step, msg.missing};
   const auto policy = st.setup.straggler.policy;
   if (policy != straggler_policy::cut && policy != straggler_policy::balance_cut) return;
-  const auto& tally = st.steps.at(step);
-  for (std::size_t r = 0; r < st.members.size(); ++r) {
-    if (tally.computed.count(static_cast<std::int32_t>(r))) continue;
-    const double allowed = std::max(st.setup.straggler.deadline_floor_ms / 1000.0,
-                                    st.setup.straggler.deadline_factor * st.throughput.median_compute());
-    const auto deadline = st.members[r].step_started + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(allowed));
-    const auto wait = std::max(clock_type::duration::zero(), deadline - clock_type::now());
-    self->delayed_send(self, std::chrono::duration_cast<std::chrono::microseconds>(wait), deadline_atom::value,
-                       st.plan.generation, step, static_cast<std::int32_t>(r));
-  }
-}
-
-void apply_cut(reducer_ptr self, std::int64_t generation, std::int64_t step, std::int32_t rank) {
-  auto& st = self->state;
-  if (generation != st.plan.generation || st.current != phase::running || step <= st.committed) return;
-  const auto it = st.steps.find(step);
-  if (it == st.steps.end() || it->second.computed.count(rank)) return;
   // See Note [Cutting a step short].
-  st.members.at(static_cast<std::size_t>(rank)).handle.control->cut_step.store(step, std::memory_order_release);
+  for (const auto rank : msg.missing)
+    if (static_cast<std::size_t>(rank) < st.members.size())
+      st.members[static_cast<std::size_t>(rank)].handle.control->cut_step.store(msg.step, std::memory_order_release);
 }
 
 }  // namespace dpactor

@@ -31,8 +31,19 @@ class collective_error : public std::runtime_error {
 // normally ends a hung generation sooner by aborting the group.
 inline constexpr std::chrono::milliseconds default_collective_timeout{std::chrono::minutes(10)};
 
+// Told, once per call, which ranks have not arrived by options.late_at.
+class late_observer {
+ public:
+  virtual ~late_observer() = default;
+  virtual void on_late(std::span<const int> missing_ranks) = 0;
+};
+
 struct collective_options {
   std::chrono::milliseconds timeout = default_collective_timeout;
+  // If set: when the call is still waiting for other ranks at late_at, the
+  // observer learns which ones (backends that cannot tell pass an empty list).
+  late_observer* observer = nullptr;
+  std::chrono::steady_clock::time_point late_at{};
 };
 
 // One rank's endpoint of a group; used by that rank's thread only.

@@ -68,7 +68,7 @@ class local_endpoint final : public collective {
   void all_reduce_sum(std::span<float> data, const collective_options& options) override {
     const auto deadline = spin_barrier::clock::now() + options.timeout;
     post(data.data(), data.size(), 0);
-    wait(deadline, "all_reduce");
+    wait(deadline, "all_reduce", &options);
     check_uniform(data.size(), "all_reduce");
     const int n = state_->ranks;
     float* const* bufs = state_->buffers.data();
@@ -89,7 +89,7 @@ class local_endpoint final : public collective {
   void reduce_scatter_sum(std::span<float> data, const collective_options& options) override {
     const auto deadline = spin_barrier::clock::now() + options.timeout;
     post(data.data(), data.size(), 0);
-    wait(deadline, "reduce_scatter");
+    wait(deadline, "reduce_scatter", &options);
     check_uniform(data.size(), "reduce_scatter");
     const auto [begin, end] = chunk(data.size(), rank_);
     sum_in_rank_order(state_->buffers.data(), state_->ranks, begin, end, data.data());
@@ -100,7 +100,7 @@ class local_endpoint final : public collective {
     const auto deadline = spin_barrier::clock::now() + options.timeout;
     state_->gathers[static_cast<std::size_t>(rank_)] = buffers;
     post(nullptr, buffers.size(), 0);
-    wait(deadline, "all_gather");
+    wait(deadline, "all_gather", &options);
     check_uniform(buffers.size(), "all_gather");
     for (int k = 0; k < state_->ranks; ++k) {
       if (k == rank_) continue;
@@ -123,7 +123,7 @@ class local_endpoint final : public collective {
                                           std::to_string(state_->ranks));
     }
     post(data.data(), data.size(), root);
-    wait(deadline, "broadcast");
+    wait(deadline, "broadcast", &options);
     check_uniform(data.size(), "broadcast");
     if (rank_ != root && !data.empty())
       std::memcpy(data.data(), state_->buffers[static_cast<std::size_t>(root)], data.size() * sizeof(float));
@@ -131,7 +131,7 @@ class local_endpoint final : public collective {
   }
 
   void barrier(const collective_options& options) override {
-    wait(spin_barrier::clock::now() + options.timeout, "barrier");
+    wait(spin_barrier::clock::now() + options.timeout, "barrier", &options);
   }
 
  private:
@@ -149,8 +149,10 @@ class local_endpoint final : public collective {
     throw collective_error(code, "local collective, rank " + std::to_string(rank_) + ": " + what);
   }
 
-  void wait(spin_barrier::clock::time_point deadline, const char* op) {
-    switch (state_->barrier.arrive_and_wait(deadline)) {
+  void wait(spin_barrier::clock::time_point deadline, const char* op, const collective_options* late = nullptr) {
+    late_observer* observer = late != nullptr ? late->observer : nullptr;
+    const auto late_at = late != nullptr ? late->late_at : spin_barrier::clock::time_point{};
+    switch (state_->barrier.arrive_and_wait(rank_, deadline, observer, late_at)) {
       case spin_barrier::result::passed: return;
       case spin_barrier::result::timed_out:
         fail(collective_errc::timeout, std::string(op) + " timed out waiting for the other ranks");

@@ -11,9 +11,25 @@
 
 namespace dpactor {
 
-spin_barrier::result spin_barrier::arrive_and_wait(clock::time_point deadline) {
+spin_barrier::spin_barrier(int parties, std::chrono::microseconds spin_time, bool yield_while_spinning)
+    : parties_(parties),
+      arrivals_(std::make_unique<std::atomic<std::uint64_t>[]>(static_cast<std::size_t>(parties))),
+      spin_time_(spin_time),
+      yield_(yield_while_spinning) {
+  for (int r = 0; r < parties; ++r) arrivals_[static_cast<std::size_t>(r)].store(0, std::memory_order_relaxed);
+}
+
+void spin_barrier::missing(std::vector<int>& out) const {
+  const std::uint64_t gen = generation_.load(std::memory_order_acquire);
+  for (int r = 0; r < parties_; ++r)
+    if (arrivals_[static_cast<std::size_t>(r)].load(std::memory_order_acquire) != gen + 1) out.push_back(r);
+}
+
+spin_barrier::result spin_barrier::arrive_and_wait(int rank, clock::time_point deadline, late_observer* observer,
+                                                   clock::time_point late_at) {
   if (aborted()) return result::aborted;
   const std::uint64_t gen = generation_.load(std::memory_order_acquire);
+  arrivals_[static_cast<std::size_t>(rank)].store(gen + 1, std::memory_order_release);
   if (arrived_.fetch_add(1, std::memory_order_acq_rel) == parties_ - 1) {
     arrived_.store(0, std::memory_order_relaxed);
     // seq_cst pairs with the sleeper's increment of sleepers_ followed by its
@@ -25,6 +41,14 @@ spin_barrier::result spin_barrier::arrive_and_wait(clock::time_point deadline) {
     }
     return result::passed;
   }
+  // Tells the observer, once, who has not arrived by late_at.
+  auto report_late = [&, reported = false]() mutable {
+    if (reported || observer == nullptr || clock::now() < late_at) return;
+    reported = true;
+    std::vector<int> who;
+    missing(who);
+    if (!who.empty()) observer->on_late(who);
+  };
   const auto spin_until = clock::now() + spin_time_;
   for (int i = 0;; ++i) {
     if (generation_.load(std::memory_order_acquire) != gen) return result::passed;
@@ -37,6 +61,7 @@ spin_barrier::result spin_barrier::arrive_and_wait(clock::time_point deadline) {
       DPACTOR_CPU_RELAX();
     }
   }
+  report_late();
   std::unique_lock lock(mutex_);
   sleepers_.fetch_add(1, std::memory_order_seq_cst);
   result r = result::passed;
@@ -45,8 +70,15 @@ spin_barrier::result spin_barrier::arrive_and_wait(clock::time_point deadline) {
       r = result::aborted;
       break;
     }
-    if (wake_.wait_until(lock, deadline) == std::cv_status::timeout &&
-        generation_.load(std::memory_order_seq_cst) == gen) {
+    const bool late_pending = observer != nullptr && late_at > clock::now();
+    const auto until = late_pending ? std::min(deadline, late_at) : deadline;
+    if (wake_.wait_until(lock, until) == std::cv_status::timeout && generation_.load(std::memory_order_seq_cst) == gen) {
+      if (late_pending && clock::now() < deadline) {
+        lock.unlock();
+        report_late();  // may send a message: not under the lock
+        lock.lock();
+        continue;
+      }
       r = aborted() ? result::aborted : result::timed_out;
       break;
     }

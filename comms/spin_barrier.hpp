@@ -8,7 +8,11 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+
+#include "comms/collective.hpp"
+#include <memory>
 #include <mutex>
+#include <vector>
 
 namespace dpactor {
 
@@ -24,16 +28,22 @@ class spin_barrier {
   // `yield_while_spinning`: for more threads than cores, spin by yielding the
   // core (sched_yield) so that a rank that has not arrived yet can run.
   explicit spin_barrier(int parties, std::chrono::microseconds spin_time = default_spin_time,
-                        bool yield_while_spinning = false)
-      : parties_(parties), spin_time_(spin_time), yield_(yield_while_spinning) {}
+                        bool yield_while_spinning = false);
 
-  result arrive_and_wait(clock::time_point deadline);
+  // `rank` in [0, parties): lets a late waiter tell who is missing.
+  // `observer` (may be null) is told once if the wait lasts past `late_at`.
+  result arrive_and_wait(int rank, clock::time_point deadline, late_observer* observer = nullptr,
+                         clock::time_point late_at = {});
   // Wakes every waiter with result::aborted, now and for every later arrival.
   void abort();
   bool aborted() const noexcept { return aborted_.load(std::memory_order_acquire); }
 
  private:
+  // Ranks that have not arrived in the current generation.
+  void missing(std::vector<int>& out) const;
+
   const int parties_;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> arrivals_;  // per rank: the generation it last arrived in, + 1
   const std::chrono::microseconds spin_time_;
   const bool yield_;
   std::atomic<int> arrived_{0};

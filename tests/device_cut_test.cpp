@@ -86,16 +86,18 @@ TEST(DeviceCut, ReturnsExactlyTheUntouchedIndices) {
   group_ticket ticket{"local", 0, "", make_local_group(1)};
   self->send(device, begin_generation_msg{0, caf::actor{self}, 0, 1, 0, ticket});
   const std::vector<std::uint32_t> shard{11, 3, 7, 19, 0, 5, 2};
-  self->send(device, shard_msg{0, 3, 0, shard});
+  self->send(device, shard_msg{0, {step_shard{3, 0, shard}}});
 
-  computed_msg computed;
-  self->receive([&](computed_msg& m) { computed = std::move(m); });
-  EXPECT_EQ(computed.step, 3);
-  EXPECT_EQ(computed.samples, 4) << "two micro-batches of two rows";
-  EXPECT_EQ(computed.returned, (std::vector<std::uint32_t>{0, 5, 2})) << "the untouched tail of the shard, in order";
-  self->receive([&](step_done_msg& m) {
-    EXPECT_EQ(m.step, 3);
-    EXPECT_EQ(m.samples, 4) << "the step completes with what was computed";
+  shard_cut_msg cut;
+  self->receive([&](shard_cut_msg& m) { cut = std::move(m); });
+  EXPECT_EQ(cut.step, 3);
+  EXPECT_EQ(cut.samples, 4) << "two micro-batches of two rows";
+  EXPECT_EQ(cut.returned, (std::vector<std::uint32_t>{0, 5, 2})) << "the untouched tail of the shard, in order";
+  self->receive([&](steps_done_msg& m) {
+    ASSERT_EQ(m.steps.size(), 1u);
+    EXPECT_EQ(m.steps[0].step, 3);
+    EXPECT_EQ(m.steps[0].samples, 4) << "the step completes with what was computed";
+    EXPECT_EQ(m.steps[0].member_returned, std::vector<float>{3.0f});
   });
   EXPECT_EQ(replica_view->trained, (std::vector<std::uint32_t>{11, 3, 7, 19}));
   self->send_exit(device, caf::exit_reason::user_shutdown);

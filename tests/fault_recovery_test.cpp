@@ -81,12 +81,17 @@ TEST(Faults, AFailureOnTheLastStepOfAnEpochRetrainsItInThatEpoch) {
 
 TEST(Faults, AHungDeviceIsDetectedWithinTheHangTimeout) {
   job_config c = faulty_job(2, {"hang:1@10"});
-  c.cluster.hang_timeout_s = 0.2;
+  c.cluster.hang_timeout_s = 0.5;
   const auto start = std::chrono::steady_clock::now();
   const recorded_run r = run(c);
-  ASSERT_EQ(r.memberships.size(), 2u);
-  EXPECT_NE(r.memberships[1].reason.find("cpu:1 hung"), std::string::npos) << r.memberships[1].reason;
-  EXPECT_EQ(r.memberships[1].members, std::vector<std::string>{"cpu:0"});
+  // (On a loaded machine a stall of the whole job may also end a generation
+  // on the way, with nobody removed; the hang itself must remove cpu:1.)
+  const auto hung = std::find_if(r.memberships.begin(), r.memberships.end(),
+                                 [](const auto& m) { return m.reason.find("cpu:1 hung") != std::string::npos; });
+  ASSERT_NE(hung, r.memberships.end());
+  EXPECT_EQ(hung->members, std::vector<std::string>{"cpu:0"});
+  EXPECT_EQ(hung->step, 9) << "the hang was in step 10";
+  EXPECT_EQ(r.memberships.back().members, std::vector<std::string>{"cpu:0"});
   for (const auto& e : r.epochs) EXPECT_EQ(e.samples, 1024);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5)) << "the hung thread did not block shutdown";
 }

@@ -51,8 +51,8 @@ enum class straggler_policy { none, balance, cut, balance_cut };
 
 struct straggler_config {
   straggler_policy policy = straggler_policy::balance_cut;
-  double deadline_factor = 2.0;    // a late member is cut at factor x median compute time ...
-  double deadline_floor_ms = 1.0;  // ... but never sooner than this after its step started
+  double deadline_factor = 1.5;    // a late member is cut at factor x median compute time ...
+  double deadline_floor_ms = 0.5;  // ... but never sooner than this after its step started
   double smoothing = 0.3;          // weight of the newest sample in the throughput average
 };
 

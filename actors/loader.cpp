@@ -140,7 +140,7 @@ void issue_message(loader_ptr self) {
     auto& flight = st.in_flight[step];
     const auto want = std::min<std::size_t>(static_cast<std::size_t>(st.setup.batch_size), st.ledger->waiting());
     st.ledger->take(want, flight.indices);
-    const auto sizes = split_by_weight(flight.indices.size(), weights);
+    const auto sizes = split_by_weight(flight.indices.size(), weights, static_cast<std::size_t>(step) % members.size());
     std::size_t begin = 0;
     for (std::size_t r = 0; r < members.size(); ++r) {
       const auto first = flight.indices.begin() + static_cast<std::ptrdiff_t>(begin);

@@ -5,7 +5,7 @@
 
 namespace dpactor {
 
-std::vector<std::size_t> split_by_weight(std::size_t total, std::span<const double> weights) {
+std::vector<std::size_t> split_by_weight(std::size_t total, std::span<const double> weights, std::size_t first) {
   const std::size_t n = weights.size();
   std::vector<std::size_t> out(n, 0);
   if (n == 0) return out;
@@ -23,9 +23,9 @@ std::vector<std::size_t> split_by_weight(std::size_t total, std::span<const doub
     out[r] = floor_each + static_cast<std::size_t>(exact[r]);
     given += static_cast<std::size_t>(exact[r]);
   }
-  // Largest remainders first; ties to the lower rank.
+  // Largest remainders first; ties in rank order from `first`.
   std::vector<std::size_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
+  for (std::size_t i = 0; i < n; ++i) order[i] = (first + i) % n;
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
     return exact[a] - static_cast<double>(static_cast<std::size_t>(exact[a])) >
            exact[b] - static_cast<double>(static_cast<std::size_t>(exact[b]));

@@ -13,10 +13,14 @@
 namespace dpactor {
 
 // Splits `total` samples across members in proportion to `weights`
-// (largest-remainder rounding, ties to the lower rank). When total >= members,
-// every member gets at least one sample, so its throughput stays measured.
-// Equal weights give the even split: the first total % n members get one more.
-std::vector<std::size_t> split_by_weight(std::size_t total, std::span<const double> weights);
+// (largest-remainder rounding). When total >= members, every member gets at
+// least one sample, so its throughput stays measured. Ties go to members in
+// rank order starting at `first`: the loader rotates it with the step, so that
+// a member cut again and again is not also handed every leftover sample
+// (which, at the end of an epoch, would hand the last index to it forever).
+// Equal weights give the even split: total % n members, from `first` on, get
+// one more.
+std::vector<std::size_t> split_by_weight(std::size_t total, std::span<const double> weights, std::size_t first = 0);
 
 // The median of the last `capacity` values pushed.
 class rolling_median {

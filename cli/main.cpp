@@ -35,6 +35,19 @@ void setup_logging(const cli::options& opts) {
   spdlog::set_level(opts.quiet ? spdlog::level::warn : spdlog::level::from_str(opts.log_level));
 }
 
+// The tables of docs/config.md.
+void print_config_reference() {
+  std::string section;
+  for (const auto& k : config_keys()) {
+    const std::string s = k.name.substr(0, k.name.find('.'));
+    if (s != section) {
+      section = s;
+      std::printf("\n## [%s]\n\n| key | type | default | meaning |\n| --- | --- | --- | --- |\n", s.c_str());
+    }
+    std::printf("| `%s` | %s | `%s` | %s |\n", k.name.c_str(), k.type.c_str(), k.default_value.c_str(), k.doc.c_str());
+  }
+}
+
 int fail(const std::string& message, int code) {
   spdlog::error("{}", message);
   return code;
@@ -44,6 +57,10 @@ int run(int argc, char** argv, cli::signal_watch& signals) {
   cli::options opts;
   if (auto code = parse_options(argc, argv, opts)) return *code;
   setup_logging(opts);
+  if (opts.config_reference) {
+    print_config_reference();
+    return 0;
+  }
 
   job_config config;
   cli::gpu_selection gpus;

@@ -13,9 +13,10 @@ std::optional<int> parse_options(int argc, char** argv, options& out) {
   app.get_formatter()->column_width(34);
   std::optional<long long> epochs, batch_size, checkpoint_every;
   std::optional<std::string> checkpoint_dir;
-  app.add_option("--model", out.model, "Job config (.cfg, TOML): model, data, optimizer, train, cluster")
-      ->required()
-      ->type_name("FILE");
+  auto* model = app.add_option("--model", out.model, "Job config (.cfg, TOML): model, data, optimizer, train, cluster")
+                    ->type_name("FILE");
+  app.add_flag("--config-reference", out.config_reference,
+               "Print every config key with its type, default and meaning (Markdown) and exit");
   app.add_option("--gpus", out.gpus, "GPUs to use: all, a count N, or a list like 0,2 (default: all)")
       ->type_name("all|N|LIST");
   app.add_option("--cpus", out.cpus, "CPU replicas when no GPU is used (default: one per core)")
@@ -44,6 +45,7 @@ std::optional<int> parse_options(int argc, char** argv, options& out) {
   app.set_version_flag("--version", std::string("dpactor ") + version);
   try {
     app.parse(argc, argv);
+    if (!out.config_reference && model->count() == 0) throw CLI::RequiredError("--model");
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
     return code == 0 ? 0 : 2;

@@ -19,6 +19,7 @@ struct options {
   std::string log_level = "info";
   bool quiet = false;
   bool print_config = false;
+  bool config_reference = false;
 };
 
 // Parses argv. Returns the exit code to end with when parsing ends the program

@@ -18,6 +18,13 @@ TEST(SplitByWeight, EqualWeightsGiveTheEvenSplit) {
   EXPECT_EQ(split_by_weight(0, w), (std::vector<std::size_t>{0, 0, 0}));
 }
 
+TEST(SplitByWeight, LeftoversRotateWithTheFirstMember) {
+  const std::vector<double> w(2, 1.0);
+  EXPECT_EQ(split_by_weight(1, w, 0), (std::vector<std::size_t>{1, 0}));
+  EXPECT_EQ(split_by_weight(1, w, 1), (std::vector<std::size_t>{0, 1}));
+  EXPECT_EQ(split_by_weight(5, w, 1), (std::vector<std::size_t>{2, 3}));
+}
+
 TEST(SplitByWeight, FollowsTheWeightsAndSumsToTheTotal) {
   const std::vector<double> w{0.75, 0.25};
   EXPECT_EQ(split_by_weight(128, w), (std::vector<std::size_t>{96, 32}));

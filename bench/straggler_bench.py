@@ -104,7 +104,7 @@ def main():
             steps = [r for r in records if r["event"] == "step"]
             step_ms = statistics.median(128 / r["samples_per_s"] * 1000 for r in steps[1:])
             note = ""
-            m = re.search(r"no report for ([0-9.]+) s \(hang timeout ([0-9.]+) s\)", stderr)
+            m = re.search(r"no progress for ([0-9.]+) s \(hang timeout ([0-9.]+) s\)", stderr)
             if m:
                 note = f"hang detected {1000 * (float(m.group(1)) - float(m.group(2))):.0f} ms after the timeout"
             members = [r for r in records if r["event"] == "membership"]

@@ -1,5 +1,7 @@
 #include "actors/device.hpp"
 
+#include "tensors/float_env.hpp"
+
 #include <sys/prctl.h>
 
 #include <algorithm>
@@ -166,6 +168,7 @@ void late_reporter::on_late(std::span<const int> missing_ranks) {
 }
 
 caf::behavior device_actor(caf::stateful_actor<device_state>* self, std::shared_ptr<device_setup> setup) {
+  flush_denormals_to_zero();  // a detached actor is initialised on its own thread
   self->state.setup = std::move(setup);
   self->state.late.self = self;
   self->state.last_step = self->state.setup->model->optimizer_steps() - 1;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "comms/spin_barrier.hpp"
+#include "tensors/simd.hpp"
 
 namespace dpactor {
 namespace {
@@ -28,7 +29,7 @@ std::pair<std::size_t, std::size_t> chunk_of(std::size_t size, int ranks, int ra
 }
 
 // dst[i] = src_0[i] + src_1[i] + ... in rank order, over [begin, end).
-void sum_in_rank_order(float* const* bufs, int ranks, std::size_t begin, std::size_t end, float* dst) {
+DPACTOR_MULTIVERSION void sum_in_rank_order(float* const* bufs, int ranks, std::size_t begin, std::size_t end, float* dst) {
   std::array<float, reduce_block> acc;
   for (std::size_t b = begin; b < end; b += reduce_block) {
     const std::size_t len = std::min(reduce_block, end - b);
@@ -66,6 +67,7 @@ class local_endpoint final : public collective {
   }
 
   void all_reduce_sum(std::span<float> data, const collective_options& options) override {
+    if (alone()) return;
     const auto deadline = spin_barrier::clock::now() + options.timeout;
     post(data.data(), data.size(), 0);
     wait(deadline, "all_reduce", &options);
@@ -87,6 +89,7 @@ class local_endpoint final : public collective {
   }
 
   void reduce_scatter_sum(std::span<float> data, const collective_options& options) override {
+    if (alone()) return;
     const auto deadline = spin_barrier::clock::now() + options.timeout;
     post(data.data(), data.size(), 0);
     wait(deadline, "reduce_scatter", &options);
@@ -97,6 +100,7 @@ class local_endpoint final : public collective {
   }
 
   void all_gather(std::span<const std::span<float>> buffers, const collective_options& options) override {
+    if (alone()) return;
     const auto deadline = spin_barrier::clock::now() + options.timeout;
     state_->gathers[static_cast<std::size_t>(rank_)] = buffers;
     post(nullptr, buffers.size(), 0);
@@ -118,6 +122,7 @@ class local_endpoint final : public collective {
 
   void broadcast(std::span<float> data, int root, const collective_options& options) override {
     const auto deadline = spin_barrier::clock::now() + options.timeout;
+    if (root == 0 && alone()) return;
     if (root < 0 || root >= state_->ranks) {
       fail(collective_errc::mismatch, "broadcast: root " + std::to_string(root) + " is not a rank of a group of " +
                                           std::to_string(state_->ranks));
@@ -135,6 +140,14 @@ class local_endpoint final : public collective {
   }
 
  private:
+  // A group of one has nothing to exchange, but an aborted one still fails.
+  bool alone() const {
+    if (state_->ranks != 1) return false;
+    if (state_->barrier.aborted())
+      throw collective_error(collective_errc::aborted, "local collective, rank 0: aborted");
+    return true;
+  }
+
   void post(float* data, std::size_t size, int root) {
     const auto r = static_cast<std::size_t>(rank_);
     state_->buffers[r] = data;

@@ -1,5 +1,7 @@
 #include "tensors/activation.hpp"
 
+#include "tensors/simd.hpp"
+
 #include <cmath>
 
 namespace dpactor {
@@ -93,7 +95,7 @@ float activation_derivative(activation act, float z) noexcept {
   return derivative_from_saved(act, activation_value(act, z));
 }
 
-void bias_activation_forward(activation act, std::size_t rows, std::size_t cols, const float* bias, float* z,
+DPACTOR_MULTIVERSION void bias_activation_forward(activation act, std::size_t rows, std::size_t cols, const float* bias, float* z,
                              float* a) noexcept {
   switch (act) {
     case activation::identity: forward_rows(rows, cols, bias, z, a, [](float v) { return v; }); break;
@@ -104,7 +106,7 @@ void bias_activation_forward(activation act, std::size_t rows, std::size_t cols,
   }
 }
 
-void bias_activation_backward(activation act, std::size_t rows, std::size_t cols, const float* saved, float* grad,
+DPACTOR_MULTIVERSION void bias_activation_backward(activation act, std::size_t rows, std::size_t cols, const float* saved, float* grad,
                               float* bias_grad) noexcept {
   switch (act) {
     case activation::identity: backward_rows(rows, cols, saved, grad, bias_grad, [](float) { return 1.0f; }); break;

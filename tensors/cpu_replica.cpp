@@ -20,9 +20,19 @@ cpu_replica::cpu_replica(mlp_spec spec, optimizer_config opt, std::size_t micro_
     sections_.emplace_back(state_.data() + s * layout_.parameter_size, layout_.parameter_size);
 }
 
+// Zeroing is deferred: the step's first micro-batch writes the gradients
+// instead of adding to them, which saves a pass over them every step.
 void cpu_replica::zero_grad() {
-  grads_.fill(0.0f);
+  grads_written_ = false;
   samples_ = 0.0;
+}
+
+std::span<float> cpu_replica::gradients() {
+  if (!grads_written_) {  // a step without samples
+    grads_.fill(0.0f);
+    grads_written_ = true;
+  }
+  return grads_.span();
 }
 
 std::size_t cpu_replica::gather(const batch_ref& rows) {
@@ -40,7 +50,9 @@ std::size_t cpu_replica::gather(const batch_ref& rows) {
 
 batch_stats cpu_replica::accumulate(const batch_ref& rows) {
   const std::size_t n = gather(rows);
-  const batch_stats stats = model_.forward_backward(state_.data(), grads_.data(), x_.data(), y_.data(), n);
+  if (n == 0) return {};
+  const batch_stats stats = model_.forward_backward(state_.data(), grads_.data(), x_.data(), y_.data(), n, !grads_written_);
+  grads_written_ = true;
   samples_ += static_cast<double>(n);
   return stats;
 }
@@ -55,7 +67,7 @@ void cpu_replica::apply_update(double lr, double total_samples, std::size_t begi
   std::array<std::span<float>, 2> slots;  // at most two slots (AdamW)
   const std::size_t n_slots = sections_.size() - 1;
   for (std::size_t s = 0; s < n_slots; ++s) slots[s] = sections_[s + 1].subspan(begin, end - begin);
-  optimizer_step(opt_, sections_[0].subspan(begin, end - begin), grads_.span().subspan(begin, end - begin),
+  optimizer_step(opt_, sections_[0].subspan(begin, end - begin), gradients().subspan(begin, end - begin),
                  std::span<const std::span<float>>(slots.data(), n_slots), static_cast<float>(1.0 / total_samples), lr,
                  optimizer_steps());
 }

@@ -20,7 +20,7 @@ class cpu_replica final : public replica {
   batch_stats accumulate(const batch_ref& rows) override;
   batch_stats evaluate(const batch_ref& rows) override;
   double samples() const override { return samples_; }
-  std::span<float> gradients() override { return grads_.span(); }
+  std::span<float> gradients() override;
   void apply_update(double lr, double total_samples, std::size_t begin, std::size_t end) override;
   void finish_step() override;
   std::span<const std::span<float>> state_sections() override { return sections_; }
@@ -41,6 +41,7 @@ class cpu_replica final : public replica {
   mlp model_;
   aligned_buffer<float> state_;  // See Note [Replica state buffer]
   aligned_buffer<float> grads_;  // gradient sums (parameter layout)
+  bool grads_written_ = true;    // false after zero_grad() until the first accumulate() writes them
   double samples_ = 0.0;
   aligned_buffer<float> x_;      // (micro_batch, inputs)
   aligned_buffer<std::int32_t> y_;

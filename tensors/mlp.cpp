@@ -82,9 +82,10 @@ const float* mlp::forward(const float* params, const float* x, std::size_t n) {
 }
 
 batch_stats mlp::forward_backward(const float* params, float* grads, const float* x, const std::int32_t* labels,
-                                  std::size_t n) {
+                                  std::size_t n, bool overwrite) {
   batch_stats stats;
   if (n == 0) return stats;
+  const float beta = overwrite ? 0.0f : 1.0f;
   const float* logits = forward(params, x, n);
   const auto classes = static_cast<std::size_t>(spec_.outputs());
   float* d = grad_a_.data();  // dL/dz of the current layer, (n, out)
@@ -99,10 +100,12 @@ batch_stats mlp::forward_backward(const float* params, float* grads, const float
     const activation act = layer_activation(l);
     const float* saved = activation_backward_needs_input(act) ? inputs_[l].data() : outputs_[l].data();
     // dL/da -> dL/dz in place; bias gradient += column sums.
-    bias_activation_backward(act, n, static_cast<std::size_t>(fan_out), saved, d, grads + offset(2 * l + 1));
+    float* bias_grad = grads + offset(2 * l + 1);
+    if (overwrite) std::fill_n(bias_grad, fan_out, 0.0f);
+    bias_activation_backward(act, n, static_cast<std::size_t>(fan_out), saved, d, bias_grad);
     const float* in = l == 0 ? x : outputs_[l - 1].data();
     // (out, n) x (n, in) -> (out, in): dW += dZ^T X
-    gemm(true, false, fan_out, fan_in, static_cast<int>(n), 1.0f, d, fan_out, in, fan_in, 1.0f,
+    gemm(true, false, fan_out, fan_in, static_cast<int>(n), 1.0f, d, fan_out, in, fan_in, beta,
          grads + offset(2 * l), fan_in);
     if (l > 0) {
       // (n, out) x (out, in) -> (n, in): dL/da_{l-1} = dZ W

@@ -64,9 +64,11 @@ class mlp {
   const flat_layout& layout() const noexcept { return layout_; }
 
   // `params` and `grads` point at buffers laid out by layout().
-  // x(n, in), labels(n). Adds the gradient *sums* over the n samples to grads.
+  // x(n, in), labels(n). Adds the gradient *sums* over the n samples to grads,
+  // or with `overwrite` writes them (no zeroing pass needed before the first
+  // micro-batch of a step; padding between tensors is left untouched).
   batch_stats forward_backward(const float* params, float* grads, const float* x, const std::int32_t* labels,
-                               std::size_t n);
+                               std::size_t n, bool overwrite = false);
   // Loss sum and correct count, no gradients.
   batch_stats evaluate(const float* params, const float* x, const std::int32_t* labels, std::size_t n);
   // Writes the outputs (n, out) of the last layer (logits) to `out`.

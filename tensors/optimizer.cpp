@@ -1,5 +1,7 @@
 #include "tensors/optimizer.hpp"
 
+#include "tensors/simd.hpp"
+
 #include <cassert>
 #include <cmath>
 
@@ -11,7 +13,7 @@ namespace {
 //   buf = g on the first step, else momentum * buf + (1 - dampening) * g
 //   g = g + momentum * buf (nesterov) or buf
 //   p = p - lr * g
-void sgd_step(const optimizer_config& cfg, std::span<float> p, std::span<const float> grads,
+DPACTOR_MULTIVERSION void sgd_step(const optimizer_config& cfg, std::span<float> p, std::span<const float> grads,
               std::span<const std::span<float>> slots, float scale, double lr, std::int64_t step) noexcept {
   const float wd = static_cast<float>(cfg.weight_decay);
   const float lr_f = static_cast<float>(lr);
@@ -43,7 +45,7 @@ void sgd_step(const optimizer_config& cfg, std::span<float> p, std::span<const f
 //   p = p * (1 - lr * wd)
 //   m = beta1 * m + (1 - beta1) * g;  v = beta2 * v + (1 - beta2) * g^2
 //   p = p - (lr / (1 - beta1^t)) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
-void adamw_step(const optimizer_config& cfg, std::span<float> p, std::span<const float> grads,
+DPACTOR_MULTIVERSION void adamw_step(const optimizer_config& cfg, std::span<float> p, std::span<const float> grads,
                 std::span<const std::span<float>> slots, float scale, double lr, std::int64_t step) noexcept {
   assert(slots.size() == 2);
   const double t = static_cast<double>(step + 1);

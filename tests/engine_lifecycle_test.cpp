@@ -121,6 +121,7 @@ TEST(EngineLifecycle, SnapshotFromAThreadThatOutlivesTheRunDoesNotBlockShutdown)
 TEST(EngineLifecycle, StopBeforeStartEndsTheNextRunAtOnce) {
   job_config c = testing::small_job(1, 32, 256);
   c.train.epochs = 1000;
+  c.train.steps_per_message = 1;  // so that at most `prefetch` steps are queued
   Engine engine(c);
   engine.stop();
   engine.start();

@@ -263,6 +263,9 @@ const std::vector<key_spec>& schema() {
               "per message). A stop takes effect within prefetch x this many steps.", 4096);
     b.integer("log_every", [](job_config& c) -> std::int64_t& { return c.train.log_every; }, 1,
               "Steps between step records (metrics file, event callback, progress line).");
+    b.integer("eval_every", [](job_config& c) -> std::int64_t& { return c.train.eval_every; }, 0,
+              "Evaluate on the test set every this many epochs (0 = only at the end of the run, which is "
+              "always evaluated).");
     b.string("checkpoint_dir", [](job_config& c) -> std::string& { return c.train.checkpoint_dir; },
              "Directory for checkpoints (\"\" = none). One is always written at the end of training and on "
              "SIGINT/SIGTERM.");

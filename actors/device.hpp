@@ -31,6 +31,7 @@
 
 #include "actors/fault_plan.hpp"
 #include "actors/messages.hpp"
+#include "actors/step_runner.hpp"
 #include "actors/straggler.hpp"
 #include "comms/collective.hpp"
 #include "data/dataset.hpp"
@@ -39,11 +40,6 @@
 #include "tensors/rng.hpp"
 
 namespace dpactor {
-
-// Shared by a device and the reducer, in-process. See Note [Cutting a step short].
-struct device_control {
-  std::atomic<std::int64_t> cut_step{-1};
-};
 
 struct device_setup {
   int id = 0;        // device number: "cpu:<id>", stable across generations
@@ -80,11 +76,9 @@ struct device_state {
   std::int32_t rank = -1;
   std::int64_t last_step = -1;  // last step whose update this replica applied
   std::vector<std::uint32_t> eval_rows;
-  std::vector<float> header;  // See Note [One step report]
-  rolling_median compute_times{64};  // of complete shards, all members (from the headers)
+  std::optional<step_runner> runner;
   late_reporter late;
   std::vector<step_record> records;  // of the shard message in progress
-  std::optional<rng> jitter_rng;
   static inline const char* name = "device";
 };
 

@@ -235,6 +235,7 @@ void Engine::start() {
   ls.test_rows = data.test->rows;
   ls.batch_size = config.train.batch_size;
   ls.epochs = config.train.epochs;
+  ls.eval_every = config.train.eval_every;
   ls.max_steps = config.train.max_steps;
   ls.prefetch = config.train.prefetch;
   ls.steps_per_message = config.train.steps_per_message;

@@ -24,6 +24,7 @@ struct train_config {
   std::int64_t prefetch = 2;       // shard messages queued ahead at each device
   std::int64_t steps_per_message = 0;  // consecutive steps per shard message; 0 = automatic
   std::int64_t log_every = 50;     // steps between step records
+  std::int64_t eval_every = 1;     // epochs between test evaluations; 0 = only at the end
   std::string checkpoint_dir = "checkpoints";  // "" = no checkpoints
   std::int64_t checkpoint_every = 0;           // steps; 0 = only at the end
   std::int64_t keep_checkpoints = 3;           // newest kept; 0 = keep all

@@ -175,16 +175,21 @@ void pump(loader_ptr self) {
     if (st.ledger->waiting() == 0) {
       if (!st.in_flight.empty()) return;  // the epoch ends once all of it is committed
       st.ledger->verify_complete();
+      const bool last = step_limit || st.ledger->epoch() + 1 >= st.setup.epochs;
+      // Evaluated every eval_every epochs, and always at the end of the run.
+      const bool evaluate =
+          last || (st.setup.eval_every > 0 && (st.ledger->epoch() + 1) % st.setup.eval_every == 0);
       self->send(st.reducer, epoch_ledger_msg{st.ledger->epoch(), static_cast<std::int64_t>(st.ledger->committed()),
-                                                    static_cast<std::int64_t>(st.ledger->requeued_total())});
-      start_evaluation(self, true);
-      if (step_limit || st.ledger->epoch() + 1 >= st.setup.epochs) {
+                                              static_cast<std::int64_t>(st.ledger->requeued_total()), evaluate});
+      if (evaluate) start_evaluation(self, true);
+      if (last) {
         finish(self, true);
         return;
       }
       st.requeued_before += static_cast<std::int64_t>(st.ledger->requeued_total());
       st.ledger->start_epoch(st.ledger->epoch() + 1);
-      return;  // the next epoch starts when the evaluation is complete
+      if (evaluate) return;  // the next epoch starts when the evaluation is complete
+      continue;
     }
     if (step_limit) {
       finish(self, false);

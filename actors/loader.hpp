@@ -44,6 +44,7 @@ struct loader_setup {
   std::size_t test_rows = 0;
   std::int64_t batch_size = 1;
   std::int64_t epochs = 1;
+  std::int64_t eval_every = 1;        // epochs between test evaluations; 0 = only at the end
   std::int64_t max_steps = 0;  // 0 = no limit
   std::int64_t prefetch = 2;          // shard messages queued ahead at each device
   std::int64_t steps_per_message = 0; // 0 = automatic

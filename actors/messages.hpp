@@ -250,6 +250,7 @@ struct epoch_ledger_msg {
   std::int64_t epoch = 0;
   std::int64_t committed = 0;
   std::int64_t requeued = 0;
+  bool evaluated = true;  // an evaluation of the test set follows
 };
 
 struct work_done_msg {
@@ -408,7 +409,7 @@ typename Inspector::result_type inspect(Inspector& f, ledger_snapshot_msg& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, epoch_ledger_msg& x) {
-  return f(caf::meta::type_name("epoch_ledger_msg"), x.epoch, x.committed, x.requeued);
+  return f(caf::meta::type_name("epoch_ledger_msg"), x.epoch, x.committed, x.requeued, x.evaluated);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, work_done_msg& x) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include <spdlog/spdlog.h>
 
@@ -168,6 +169,32 @@ void commit_ready_steps(reducer_ptr self) {
   maybe_finish(self);
 }
 
+// The epoch's record; test results are NaN (null in JSON) when the epoch was
+// not evaluated (train.eval_every).
+void emit_epoch_event(reducer_ptr self, std::int64_t epoch, std::int64_t step, double test_loss, double test_accuracy) {
+  auto& st = self->state;
+  const auto now = clock_type::now();
+  epoch_event e;
+  e.epoch = epoch;
+  e.step = step + 1;
+  e.train_loss = ratio(st.epoch.loss_sum, static_cast<double>(st.epoch.samples));
+  e.train_accuracy = ratio(static_cast<double>(st.epoch.correct), static_cast<double>(st.epoch.samples));
+  e.test_loss = test_loss;
+  e.test_accuracy = test_accuracy;
+  e.seconds = seconds(st.last_commit - st.epoch.since);
+  // The ledger's count is exact even when a lost member never reported.
+  e.samples = st.epoch.samples;
+  if (auto it = st.epoch_ledgers.find(epoch); it != st.epoch_ledgers.end()) {
+    e.samples = it->second.committed;
+    e.requeued = it->second.requeued;
+  }
+  e.samples_per_s = ratio(static_cast<double>(e.samples), e.seconds);
+  st.summary.epochs = epoch + 1;
+  st.setup.control->emit(e);
+  st.epoch = {0.0, 0, 0, now};
+  st.epoch_step = 0;
+}
+
 void on_evaluation_complete(reducer_ptr self, std::int64_t step, bool epoch_end, const reducer_state::eval_tally& t) {
   auto& st = self->state;
   self->send(st.setup.loader, eval_done_msg{step, epoch_end});
@@ -177,28 +204,7 @@ void on_evaluation_complete(reducer_ptr self, std::int64_t step, bool epoch_end,
   st.summary.test_loss = test_loss;
   st.summary.test_accuracy = test_accuracy;
   st.final_eval_step = step;
-  if (epoch_end) {
-    const auto now = clock_type::now();
-    epoch_event e;
-    e.epoch = t.epoch;
-    e.step = step + 1;
-    e.train_loss = ratio(st.epoch.loss_sum, static_cast<double>(st.epoch.samples));
-    e.train_accuracy = ratio(static_cast<double>(st.epoch.correct), static_cast<double>(st.epoch.samples));
-    e.test_loss = test_loss;
-    e.test_accuracy = test_accuracy;
-    e.seconds = seconds(st.last_commit - st.epoch.since);
-    // The ledger's count is exact even when a lost member never reported.
-    e.samples = st.epoch.samples;
-    if (auto it = st.epoch_ledgers.find(t.epoch); it != st.epoch_ledgers.end()) {
-      e.samples = it->second.committed;
-      e.requeued = it->second.requeued;
-    }
-    e.samples_per_s = ratio(static_cast<double>(e.samples), e.seconds);
-    st.summary.epochs = t.epoch + 1;
-    st.setup.control->emit(e);
-    st.epoch = {0.0, 0, 0, now};
-    st.epoch_step = 0;
-  }
+  if (epoch_end) emit_epoch_event(self, t.epoch, step, test_loss, test_accuracy);
   maybe_finish(self);
 }
 
@@ -306,7 +312,12 @@ caf::behavior reducer_actor(caf::stateful_actor<reducer_state>* self, reducer_se
       [self](const epoch_ledger_msg& msg) {
         auto& st = self->state;
         st.epoch_ledgers[msg.epoch] = msg;
-        st.eval_outstanding = true;
+        if (msg.evaluated) {
+          st.eval_outstanding = true;
+        } else {
+          const double none = std::numeric_limits<double>::quiet_NaN();
+          emit_epoch_event(self, msg.epoch, st.committed, none, none);
+        }
       },
       [self](state_msg& msg) {
         auto& st = self->state;

@@ -34,16 +34,19 @@ std::vector<std::size_t> split_by_weight(std::size_t total, std::span<const doub
   return out;
 }
 
+rolling_median::rolling_median(std::size_t capacity) : ring_(capacity) { scratch_.reserve(capacity); }
+
 void rolling_median::push(double v) {
-  values_.push_back(v);
-  if (values_.size() > capacity_) values_.pop_front();
+  ring_[next_] = v;
+  next_ = (next_ + 1) % ring_.size();
+  count_ = std::min(count_ + 1, ring_.size());
 }
 
 double rolling_median::median() const {
-  if (values_.empty()) return 0.0;
-  std::vector<double> sorted(values_.begin(), values_.end());
-  const auto mid = sorted.begin() + static_cast<std::ptrdiff_t>(sorted.size() / 2);
-  std::nth_element(sorted.begin(), mid, sorted.end());
+  if (count_ == 0) return 0.0;
+  scratch_.assign(ring_.begin(), ring_.begin() + static_cast<std::ptrdiff_t>(count_));
+  const auto mid = scratch_.begin() + static_cast<std::ptrdiff_t>(count_ / 2);
+  std::nth_element(scratch_.begin(), mid, scratch_.end());
   return *mid;
 }
 

@@ -6,7 +6,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <span>
 #include <vector>
 
@@ -22,18 +21,21 @@ namespace dpactor {
 // one more.
 std::vector<std::size_t> split_by_weight(std::size_t total, std::span<const double> weights, std::size_t first = 0);
 
-// The median of the last `capacity` values pushed.
+// The median of the last `capacity` values pushed. Allocates only when
+// constructed: it sits on every step's path.
 class rolling_median {
  public:
-  explicit rolling_median(std::size_t capacity) : capacity_(capacity) {}
+  explicit rolling_median(std::size_t capacity);
   void push(double v);
-  void clear() { values_.clear(); }
-  bool empty() const noexcept { return values_.empty(); }
+  void clear() noexcept { count_ = 0; }
+  bool empty() const noexcept { return count_ == 0; }
   double median() const;  // 0 when empty
 
  private:
-  std::size_t capacity_;
-  std::deque<double> values_;
+  std::vector<double> ring_;
+  std::size_t next_ = 0;
+  std::size_t count_ = 0;
+  mutable std::vector<double> scratch_;
 };
 
 class throughput_tracker {

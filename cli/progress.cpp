@@ -37,9 +37,10 @@ void progress_printer::on_step(const step_event& e) {
 
 void progress_printer::on_epoch(const epoch_event& e) {
   if (terminal_) std::fputs("\r\033[K", out_);
-  std::fprintf(out_, "epoch %lld/%lld  train loss %.4f acc %.4f  test loss %.4f acc %.4f  %.0f samples/s  %.1f s\n",
-               static_cast<long long>(e.epoch + 1), static_cast<long long>(epochs_), e.train_loss, e.train_accuracy,
-               e.test_loss, e.test_accuracy, e.samples_per_s, e.seconds);
+  std::fprintf(out_, "epoch %lld/%lld  train loss %.4f acc %.4f", static_cast<long long>(e.epoch + 1),
+               static_cast<long long>(epochs_), e.train_loss, e.train_accuracy);
+  if (std::isfinite(e.test_accuracy)) std::fprintf(out_, "  test loss %.4f acc %.4f", e.test_loss, e.test_accuracy);
+  std::fprintf(out_, "  %.0f samples/s  %.1f s\n", e.samples_per_s, e.seconds);
   std::fflush(out_);
   line_open_ = false;
 }

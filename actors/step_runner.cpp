@@ -1,0 +1,122 @@
+#include "actors/step_runner.hpp"
+
+#include <sys/prctl.h>
+
+#include <algorithm>
+#include <string>
+#include <thread>
+
+namespace dpactor {
+namespace {
+
+using clock_type = step_runner::clock;
+
+double seconds_since(clock_type::time_point start) {
+  return std::chrono::duration<double>(clock_type::now() - start).count();
+}
+
+// Granularity of injected delays: they end early when the step is cut.
+constexpr auto delay_slice = std::chrono::microseconds(50);
+// A sleep on this kind of machine overshoots by about this much even with a
+// 1 ns timer slack: the end of a delay is waited out by yielding instead.
+constexpr auto sleep_overshoot = std::chrono::microseconds(60);
+
+bool cut_requested(const device_control& control, std::int64_t step) {
+  return control.cut_step.load(std::memory_order_acquire) == step;
+}
+
+// Sleeps for `seconds`, or until the step is cut. Precise to a few
+// microseconds, so that an injected slow-down factor is the factor asked for.
+void injected_delay(const device_control& control, std::int64_t step, double seconds) {
+  thread_local const bool precise_timers = ::prctl(PR_SET_TIMERSLACK, 1UL) == 0;
+  (void)precise_timers;
+  const auto until = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(seconds));
+  for (auto now = clock_type::now(); now < until && !cut_requested(control, step); now = clock_type::now()) {
+    const auto left = until - now;
+    if (left > sleep_overshoot) std::this_thread::sleep_for(std::min<clock_type::duration>(delay_slice, left - sleep_overshoot));
+    else std::this_thread::yield();
+  }
+}
+
+}  // namespace
+
+step_runner::step_runner(int device_id, std::vector<fault_spec> faults, std::uint64_t fault_seed, double late_factor,
+                         double late_floor_s)
+    : device_id_(device_id),
+      faults_(std::move(faults)),
+      fault_seed_(fault_seed),
+      late_factor_(late_factor),
+      late_floor_s_(late_floor_s) {}
+
+const fault_spec* step_runner::find_fault(fault_kind kind, std::int64_t step) const {
+  for (const auto& f : faults_)
+    if (f.kind == kind && (kind == fault_kind::jitter || (kind == fault_kind::slow ? step >= f.step : step == f.step)))
+      return &f;
+  return nullptr;
+}
+
+step_runner::computed step_runner::compute(const step_shard& shard, replica& model, const dataset& train,
+                                           const device_control& control, const collective_group& group) {
+  computed c;
+  c.start = clock_type::now();
+  model.zero_grad();
+  const std::int64_t step_number = shard.step + 1;  // faults count steps from 1
+  if (!faults_.empty()) {
+    if (const fault_spec* f = find_fault(fault_kind::jitter, step_number)) {
+      if (!jitter_rng_) jitter_rng_.emplace(fault_seed_, static_cast<std::uint64_t>(device_id_));
+      if (jitter_rng_->uniform() < f->probability) injected_delay(control, shard.step, f->delay_ms / 1000.0);
+    }
+    if (find_fault(fault_kind::fail, step_number))
+      throw injected_failure("injected failure (fault spec fail:" + std::to_string(device_id_) + "@" +
+                             std::to_string(step_number) + ")");
+    if (find_fault(fault_kind::hang, step_number)) {
+      // Blocks until the reducer gives up on this member and aborts the group.
+      while (!group.aborted()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  const fault_spec* slow = faults_.empty() ? nullptr : find_fault(fault_kind::slow, step_number);
+  const std::size_t micro = model.max_rows();
+  const std::span<const std::uint32_t> rows(shard.indices);
+  while (c.done < rows.size() && !cut_requested(control, shard.step)) {
+    const auto slice = rows.subspan(c.done, std::min(micro, rows.size() - c.done));
+    const auto start = clock_type::now();
+    c.stats += model.accumulate(train.batch(slice));
+    c.done += slice.size();
+    if (slow != nullptr) injected_delay(control, shard.step, (slow->factor - 1.0) * seconds_since(start));
+  }
+  c.compute_s = seconds_since(c.start);
+  return c;
+}
+
+std::span<const float> step_runner::synchronize(const computed& c, std::size_t returned, replica& model,
+                                                collective& comm, const collective_options& options,
+                                                late_observer* observer, const lr_schedule& schedule) {
+  const auto members = static_cast<std::size_t>(comm.size());
+  const auto rank = static_cast<std::size_t>(comm.rank());
+  header_.assign(h_members + 3 * members, 0.0f);
+  header_[h_samples] = static_cast<float>(c.stats.samples);
+  header_[h_loss] = static_cast<float>(c.stats.loss_sum);
+  header_[h_correct] = static_cast<float>(c.stats.correct);
+  header_[h_members + rank] = static_cast<float>(c.compute_s);
+  header_[h_members + members + rank] = static_cast<float>(c.stats.samples);
+  header_[h_members + 2 * members + rank] = static_cast<float>(returned);
+  // Waiting here past the deadline, tell the observer who is late.
+  collective_options header_options = options;
+  header_options.observer = observer;
+  const double allowed = std::max(late_floor_s_, late_factor_ * compute_times_.median());
+  header_options.late_at = c.start + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(allowed));
+  comm.all_reduce_sum(header_, header_options);
+  // See Note [Sharded optimizer step].
+  const std::span<float> grads = model.gradients();
+  comm.reduce_scatter_sum(grads, options);
+  const auto [begin, end] = comm.chunk(grads.size(), comm.rank());
+  model.apply_update(schedule.at(model.optimizer_steps()), header_[h_samples], begin, end);
+  comm.all_gather(model.state_sections(), options);
+  model.finish_step();
+  for (std::size_t r = 0; r < members; ++r)
+    if (header_[h_members + 2 * members + r] == 0.0f && header_[h_members + members + r] > 0.0f)
+      compute_times_.push(header_[h_members + r]);
+  return header_;
+}
+
+}  // namespace dpactor

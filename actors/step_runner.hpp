@@ -1,0 +1,81 @@
+#pragma once
+// The arithmetic of one training step on one member, without any messaging:
+// forward and backward over the member's shard in micro-batches (honouring
+// cuts and injected faults), then the step's collectives (See Note [One step
+// report] and Note [Sharded optimizer step]). The device actor drives it and
+// does the reporting; benchmarks and tests drive it directly.
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <vector>
+
+#include "actors/fault_plan.hpp"
+#include "actors/messages.hpp"
+#include "actors/straggler.hpp"
+#include "comms/collective.hpp"
+#include "data/dataset.hpp"
+#include "tensors/lr_schedule.hpp"
+#include "tensors/replica.hpp"
+#include "tensors/rng.hpp"
+
+namespace dpactor {
+
+// Shared by a device and the reducer, in-process. See Note [Cutting a step short].
+struct device_control {
+  std::atomic<std::int64_t> cut_step{-1};
+};
+
+struct injected_failure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Slots of the step header all-reduced before the gradients: samples, loss sum
+// and correct count summed over members, then each member's compute time,
+// sample count and returned count in its own slot.
+enum header_slot : std::size_t { h_samples = 0, h_loss = 1, h_correct = 2, h_members = 3 };
+
+class step_runner {
+ public:
+  using clock = std::chrono::steady_clock;
+
+  struct computed {
+    batch_stats stats;
+    std::size_t done = 0;  // indices processed; the rest of the shard was cut
+    double compute_s = 0.0;
+    clock::time_point start;
+  };
+
+  // `faults` are this device's injected faults (fail, hang, slow, jitter).
+  step_runner(int device_id, std::vector<fault_spec> faults, std::uint64_t fault_seed, double late_factor,
+              double late_floor_s);
+
+  void add_fault(const fault_spec& f) { faults_.push_back(f); }
+
+  // Forward and backward over the shard. Throws injected_failure.
+  computed compute(const step_shard& shard, replica& model, const dataset& train, const device_control& control,
+                   const collective_group& group);
+
+  // The step's collectives and this member's part of the optimizer step.
+  // A member still waiting for others at the deadline tells `observer`.
+  // Returns the reduced header. Throws collective_error.
+  std::span<const float> synchronize(const computed& c, std::size_t returned, replica& model, collective& comm,
+                                     const collective_options& options, late_observer* observer,
+                                     const lr_schedule& schedule);
+
+ private:
+  const fault_spec* find_fault(fault_kind kind, std::int64_t step_number) const;
+
+  int device_id_;
+  std::vector<fault_spec> faults_;
+  std::uint64_t fault_seed_;
+  std::optional<rng> jitter_rng_;
+  double late_factor_;
+  double late_floor_s_;
+  std::vector<float> header_;
+  rolling_median compute_times_{64};  // of complete shards, all members (from the headers)
+};
+
+}  // namespace dpactor

@@ -28,7 +28,8 @@ std::pair<std::size_t, std::size_t> chunk_of(std::size_t size, int ranks, int ra
   return {begin, std::min(size, begin + per)};
 }
 
-// dst[i] = src_0[i] + src_1[i] + ... in rank order, over [begin, end).
+// sum[i] = bufs_0[i] + bufs_1[i] + ... in rank order, over [begin, end),
+// written to `dst` or, when dst is null, to every buffer.
 DPACTOR_MULTIVERSION void sum_in_rank_order(float* const* bufs, int ranks, std::size_t begin, std::size_t end, float* dst) {
   std::array<float, reduce_block> acc;
   for (std::size_t b = begin; b < end; b += reduce_block) {
@@ -38,7 +39,11 @@ DPACTOR_MULTIVERSION void sum_in_rank_order(float* const* bufs, int ranks, std::
       const float* src = bufs[k] + b;
       for (std::size_t i = 0; i < len; ++i) acc[i] += src[i];
     }
-    std::memcpy(dst + b, acc.data(), len * sizeof(float));
+    if (dst != nullptr) {
+      std::memcpy(dst + b, acc.data(), len * sizeof(float));
+    } else {
+      for (int k = 0; k < ranks; ++k) std::memcpy(bufs[k] + b, acc.data(), len * sizeof(float));
+    }
   }
 }
 
@@ -73,18 +78,12 @@ class local_endpoint final : public collective {
     wait(deadline, "all_reduce", &options);
     check_uniform(data.size(), "all_reduce");
     const int n = state_->ranks;
-    float* const* bufs = state_->buffers.data();
-    // Reduce-scatter: this rank owns chunk rank_ and sums it in rank order.
+    // This rank owns chunk rank_: it sums the chunk in rank order and writes
+    // the sum straight into every rank's buffer (only the owner reads or
+    // writes a chunk, so no rank waits between the two halves).
     const auto [begin, end] = chunk(data.size(), rank_);
-    sum_in_rank_order(bufs, n, begin, end, data.data());
-    wait(deadline, "all_reduce");
-    // All-gather: copy every other rank's finished chunk.
-    for (int k = 0; k < n; ++k) {
-      if (k == rank_) continue;
-      const auto [kb, ke] = chunk(data.size(), k);
-      if (ke > kb) std::memcpy(data.data() + kb, bufs[k] + kb, (ke - kb) * sizeof(float));
-    }
-    // Nobody may return, and reuse its buffer, while another rank still reads it.
+    sum_in_rank_order(state_->buffers.data(), n, begin, end, nullptr);
+    // Nobody may return, and reuse its buffer, while another rank still writes it.
     wait(deadline, "all_reduce");
   }
 

@@ -1,9 +1,9 @@
 #pragma once
 // The `local` backend: ranks are threads of one process sharing memory.
-// All-reduce is a fixed-order reduce-scatter plus all-gather straight between
-// the ranks' own buffers: rank r sums chunk r of every buffer in rank order
-// 0..n-1 and the others copy it, so every rank ends with bitwise the same sum
-// (See Note [Bitwise identical replicas]). No sockets, no staging copies.
+// All-reduce works straight on the ranks' own buffers: rank r sums chunk r of
+// every buffer in rank order 0..n-1 and writes the sum into every buffer, so
+// every rank ends with bitwise the same sum (See Note [Bitwise identical
+// replicas]) after two barriers. No sockets, no staging copies.
 
 #include <chrono>
 #include <memory>

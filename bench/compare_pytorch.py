@@ -1,0 +1,135 @@
+#!/usr/bin/python3
+"""Side-by-side comparison of dpactor and PyTorch on this machine, in one run.
+
+    scripts/setup --bench && scripts/build && bench/compare_pytorch.py
+
+Trains the default MLP (784-256-128-10, ReLU, cross-entropy, SGD with momentum
+0.9) on Fashion-MNIST at global batch sizes 1, 16, 64, 128, 256, 512 and 1024,
+with:
+  dpactor, 1 CPU replica      (OpenBLAS 2 threads: one replica on both cores)
+  dpactor, 2 CPU replicas     (OpenBLAS 1 thread each)
+  PyTorch 1+1                 (torch 1 thread, OpenBLAS 1 thread)
+  PyTorch 1+2                 (torch 1 thread, OpenBLAS 2 threads)
+  PyTorch DDP, Gloo           (2 processes of 1+1 threads; global batch split in two)
+Every configuration is timed in windows of about 0.25 s after a warm-up
+window; the table gives medians over 6 windows. Both sides flush denormals to
+zero. Also measured in the same run: OpenBLAS sgemm with 2 threads on the
+MLP's largest GEMM shape, (512, 784) x (784, 256), the reference for the
+"fraction of sgemm" column.
+
+GFLOP/s count the exact arithmetic of one training sample of this MLP:
+  sum over layers l of  2 in_l out_l + out_l   (forward GEMM and bias)
+                      + 2 in_l out_l + out_l   (weight and bias gradients)
+                      + 2 in_l out_l           (input gradient; not for l = 0)
+  = 1,007,892 FLOP per sample.
+
+Writes compare.csv and compare.png (samples/s against batch size) to --out.
+"""
+import argparse
+import csv
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FLOP_PER_SAMPLE = 1_007_892
+PY = "/usr/bin/python3"
+
+
+def dpactor_run(dpactor, replicas, batch, windows=7):
+    est = max(60e-6, batch * (7e-6 if replicas == 1 else 5e-6))
+    per = max(3, int(0.25 / est))
+    with tempfile.TemporaryDirectory() as tmp:
+        metrics = os.path.join(tmp, "m.jsonl")
+        cmd = [dpactor, "--model", os.path.join(ROOT, "configs/mlp.cfg"), "--quiet", "--cpus", str(replicas),
+               "--batch-size", str(batch), "--metrics", metrics, "--epochs", "100000",
+               "--set", f"train.max_steps={per * windows}", "--set", f"train.log_every={per}",
+               "--set", "train.eval_every=0", "--set", 'train.checkpoint_dir=""']
+        subprocess.run(cmd, check=True, capture_output=True)
+        steps = [json.loads(l) for l in open(metrics) if '"event":"step"' in l]
+    times = [batch / r["samples_per_s"] * 1e6 for r in steps[1:]]  # the first window is warm-up
+    return statistics.median(times), times
+
+
+def pytorch_run(mode, blas_threads, batches):
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(blas_threads), OMP_NUM_THREADS="1")
+    out = subprocess.run([PY, os.path.join(ROOT, "bench/pytorch_mlp.py"), mode, "--batches", ",".join(map(str, batches))],
+                         check=True, capture_output=True, text=True, env=env).stdout
+    return {r["batch"]: r for r in map(json.loads, out.splitlines()) if "batch" in r}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dpactor", default=os.path.join(ROOT, "build/bin/dpactor"))
+    p.add_argument("--batches", default="1,16,64,128,256,512,1024")
+    p.add_argument("--out", default=os.path.join(ROOT, "build/bench"))
+    a = p.parse_args()
+    batches = [int(b) for b in a.batches.split(",")]
+    os.makedirs(a.out, exist_ok=True)
+
+    sgemm = json.loads(subprocess.run([PY, os.path.join(ROOT, "bench/pytorch_mlp.py"), "sgemm"], check=True,
+                                      capture_output=True, text=True,
+                                      env=dict(os.environ, OPENBLAS_NUM_THREADS="2")).stdout)["sgemm_gflops"]
+    results = {}  # (config, batch) -> step_us
+    print("running PyTorch 1+1 ...", file=sys.stderr)
+    for b, r in pytorch_run("single", 1, batches).items():
+        results[("PyTorch 1+1", b)] = r["step_us"]
+    print("running PyTorch 1+2 ...", file=sys.stderr)
+    for b, r in pytorch_run("single", 2, batches).items():
+        results[("PyTorch 1+2", b)] = r["step_us"]
+    print("running PyTorch DDP ...", file=sys.stderr)
+    for b, r in pytorch_run("ddp", 1, batches).items():
+        results[("PyTorch DDP Gloo 2x(1+1)", b)] = r["step_us"]
+    for replicas in (1, 2):
+        for b in batches:
+            print(f"running dpactor {replicas} replica(s), batch {b} ...", file=sys.stderr)
+            results[(f"dpactor {replicas} replica{'s' if replicas > 1 else ''}", b)] = dpactor_run(a.dpactor, replicas, b)[0]
+
+    configs = ["dpactor 1 replica", "dpactor 2 replicas", "PyTorch 1+1", "PyTorch 1+2", "PyTorch DDP Gloo 2x(1+1)"]
+    rows = []
+    print(f"\nOpenBLAS sgemm, 2 threads, (512,784)x(784,256): {sgemm:.1f} GFLOP/s\n")
+    print("| batch | configuration | step us | samples/s | GFLOP/s | of sgemm | vs best PyTorch |")
+    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: |")
+    for b in batches:
+        torch_best = min((results[(c, b)] for c in configs[2:] if (c, b) in results), default=None)
+        for c in configs:
+            if (c, b) not in results:
+                continue
+            us = results[(c, b)]
+            sps = b / us * 1e6
+            gflops = sps * FLOP_PER_SAMPLE / 1e9
+            ratio = torch_best / us if torch_best else float("nan")
+            rows.append({"batch": b, "config": c, "step_us": us, "samples_per_s": sps, "gflops": gflops,
+                         "fraction_of_sgemm": gflops / sgemm, "speedup_vs_best_pytorch": ratio})
+            print(f"| {b} | {c} | {us:,.1f} | {sps:,.0f} | {gflops:.1f} | {gflops / sgemm:.0%} | {ratio:.2f}x |")
+    with open(os.path.join(a.out, "compare.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        w.writeheader()
+        w.writerows(rows)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for c in configs:
+            pts = [(r["batch"], r["samples_per_s"]) for r in rows if r["config"] == c]
+            ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=c)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("global batch size")
+        ax.set_ylabel("training samples/s")
+        ax.set_title("784-256-128-10 MLP, SGD momentum, 2 cores")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(os.path.join(a.out, "compare.png"), dpi=120)
+    except ImportError:
+        print("matplotlib is not installed (scripts/setup --bench): no plot", file=sys.stderr)
+    print(f"\nwrote {os.path.join(a.out, 'compare.csv')} and compare.png")
+
+
+if __name__ == "__main__":
+    main()

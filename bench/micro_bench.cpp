@@ -44,19 +44,20 @@ std::vector<float> random_floats(std::size_t n, std::uint64_t seed) {
 
 // ---- the local collective ------------------------------------------------
 
-// One group per rank count, shared by the benchmark's threads (= ranks).
-std::shared_ptr<collective_group> group_for(int ranks) {
+// One group per benchmark and rank count, shared by the benchmark's threads
+// (= ranks).
+std::shared_ptr<collective_group> group_for(const std::string& name, int ranks) {
   static std::mutex m;
-  static std::map<int, std::shared_ptr<collective_group>> groups;
+  static std::map<std::pair<std::string, int>, std::shared_ptr<collective_group>> groups;
   std::lock_guard lock(m);
-  auto& g = groups[ranks];
+  auto& g = groups[{name, ranks}];
   if (!g) g = make_local_group(ranks);
   return g;
 }
 
 void BM_LocalAllReduce(benchmark::State& state) {
   const int ranks = state.threads();
-  auto endpoint = group_for(ranks)->endpoint(state.thread_index());
+  auto endpoint = group_for("all_reduce", ranks)->endpoint(state.thread_index());
   std::vector<float> buffer = random_floats(mlp_parameters, static_cast<std::uint64_t>(state.thread_index()));
   for (auto _ : state) endpoint->all_reduce_sum(buffer, {});
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * mlp_parameters * sizeof(float)));
@@ -66,7 +67,7 @@ BENCHMARK(BM_LocalAllReduce)->Threads(2)->Threads(4)->UseRealTime();
 void BM_LocalReduceScatterAllGather(benchmark::State& state) {
   // The sharded step's exchange: reduce-scatter the gradients, all-gather
   // parameters and momentum (See Note [Sharded optimizer step]).
-  auto endpoint = group_for(state.threads() + 100)->endpoint(state.thread_index());
+  auto endpoint = group_for("reduce_scatter", state.threads())->endpoint(state.thread_index());
   std::vector<float> grads = random_floats(mlp_parameters, 1), params(mlp_parameters), momentum(mlp_parameters);
   const std::span<float> sections[] = {params, momentum};
   for (auto _ : state) {

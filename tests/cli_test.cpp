@@ -168,7 +168,7 @@ TEST_F(Cli, ResumeOfATruncatedCheckpoint) {
 TEST_F(Cli, ResumeOfACheckpointWithABadHeader) {
   const fs::path ckpt = train_once(dir.path());
   std::string bytes = testing::read_text(ckpt / "optimizer.safetensors");
-  bytes.replace(8, 1, "x");
+  bytes[8] = 'x';  // the header no longer starts with a brace
   testing::write_text(ckpt / "optimizer.safetensors", bytes);
   expect_failure({"--model", "job.cfg", "--resume", ckpt.string()}, 4, "optimizer.safetensors: not a valid safetensors file");
 }

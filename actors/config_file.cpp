@@ -278,6 +278,21 @@ const std::vector<key_spec>& schema() {
               "checksum per step; a mismatch stops training with an error).");
 
     b.section = "cluster";
+    b.keys.push_back({"cluster", "gpus", "array of integers",
+                      "CUDA devices to train on, one replica each (the CLI's --gpus sets it); empty: CPU replicas.",
+                      [](job_config& c, const toml::node& n, const std::string& key) {
+                        const toml::array* a = n.as_array();
+                        if (a == nullptr) fail_at(n, key, "expected an array of integers, found " + type_name(n));
+                        std::vector<int> gpus;
+                        for (const auto& e : *a)
+                          gpus.push_back(static_cast<int>(read_int(e, key + "[" + std::to_string(gpus.size()) + "]", 0, 1023)));
+                        c.cluster.gpus = std::move(gpus);
+                      },
+                      [](const job_config& c) {
+                        std::string s = "[";
+                        for (std::size_t i = 0; i < c.cluster.gpus.size(); ++i) s += (i ? ", " : "") + std::to_string(c.cluster.gpus[i]);
+                        return s + "]";
+                      }});
     b.integer("cpus", [](job_config& c) -> std::int64_t& { return c.cluster.cpus; }, 0,
               "CPU replicas when no GPU is used (0 = one per core).", 1024);
     b.integer("blas_threads", [](job_config& c) -> std::int64_t& { return c.cluster.blas_threads; }, 0,
@@ -302,6 +317,11 @@ const std::vector<key_spec>& schema() {
                "... but not sooner than this many milliseconds.");
     b.floating("smoothing", [](job_config& c) -> double& { return c.straggler.smoothing; }, 0.0, true,
                "Weight of the newest measurement in each member's throughput average (balance).", 1.0);
+
+    b.section = "precision";
+    b.choice<matmul_precision>("matmul", [](job_config& c) -> matmul_precision& { return c.precision.matmul; },
+                               {{"fp32", matmul_precision::fp32}, {"tf32", matmul_precision::tf32}},
+                               "GPU matrix products: fp32, or TF32 tensor cores (faster, about 1e-3 relative error).");
 
     b.section = "faults";
     b.keys.push_back({"faults", "inject", "array of strings",
@@ -370,7 +390,7 @@ void apply_table(job_config& config, const toml::table& root) {
   for (const auto& [section_key, section_node] : root) {
     const std::string section(section_key.str());
     if (!known_section(section))
-      fail_at(section_node, section, "unknown section [" + section + "]; sections are model, data, optimizer, train, cluster, straggler, faults");
+      fail_at(section_node, section, "unknown section [" + section + "]; sections are model, data, optimizer, train, cluster, straggler, precision, faults");
     const toml::table* table = section_node.as_table();
     if (table == nullptr) fail_at(section_node, section, "expected a table [" + section + "], found " + type_name(section_node));
     for (const auto& [key_key, value] : *table) {
@@ -445,6 +465,11 @@ void validate_job_config(const job_config& c) {
   if (c.data.format == data_format::idx &&
       (c.data.train_images.empty() || c.data.train_labels.empty() || c.data.test_images.empty() || c.data.test_labels.empty()))
     throw config_error(where + "data.format = \"idx\" needs data.train_images, data.train_labels, data.test_images and data.test_labels");
+  for (std::size_t i = 0; i < c.cluster.gpus.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      if (c.cluster.gpus[i] == c.cluster.gpus[j])
+        throw config_error(where + "cluster.gpus lists GPU " + std::to_string(c.cluster.gpus[i]) +
+                           " twice: NCCL refuses two ranks on one GPU");
   if (c.model.outputs() < 2 && c.model.loss == loss_kind::cross_entropy)
     throw config_error(where + "model.layers: cross_entropy needs at least 2 classes in the last layer");
 }

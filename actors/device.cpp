@@ -84,6 +84,7 @@ caf::behavior device_actor(caf::stateful_actor<device_state>* self, std::shared_
           // Every member adopts the state source's parameters, optimizer state
           // and step counter (See Note [Replica state buffer]).
           st.comm->broadcast(st.setup->model->state_buffer(), msg.state_source, st.setup->collective);
+          st.setup->model->on_state_replaced();
           st.last_step = st.setup->model->optimizer_steps() - 1;
         } catch (const collective_error& e) {
           self->send(st.reducer, step_aborted_msg{st.generation, st.last_step + 1, st.rank, e.what()});

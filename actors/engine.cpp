@@ -19,6 +19,11 @@
 #include "actors/loader.hpp"
 #include "actors/messages.hpp"
 #include "actors/reducer.hpp"
+#include "comms/local.hpp"
+#if DPACTOR_HAS_CUDA
+#include "comms/nccl.hpp"
+#include "cuda/cuda_replica.hpp"
+#endif
 #include "data/loading.hpp"
 #include "tensors/cpu_replica.hpp"
 #include "tensors/error.hpp"
@@ -44,6 +49,36 @@ struct initial_state {
   std::int64_t start_step = 0;
   std::optional<ledger_position> position;
 };
+
+// The replica of device `id`: on GPU config.cluster.gpus[id], or a CPU one.
+std::unique_ptr<replica> make_replica(const job_config& config, const optimizer_config& opt, std::size_t micro_batch,
+                                      int id) {
+  if (config.cluster.gpus.empty()) return std::make_unique<cpu_replica>(config.model, opt, micro_batch);
+#if DPACTOR_HAS_CUDA
+  cuda_replica_options options;
+  options.device = config.cluster.gpus.at(static_cast<std::size_t>(id));
+  options.tf32 = config.precision.matmul == matmul_precision::tf32;
+  return std::make_unique<cuda_replica>(config.model, opt, micro_batch, options);
+#else
+  (void)id;
+  throw config_error("cluster.gpus is set but this build of dpactor has no CUDA support");
+#endif
+}
+
+// A generation's collective group for the members with these device ids:
+// NCCL on GPUs, the in-process `local` backend on CPU replicas.
+std::shared_ptr<collective_group> make_group(const job_config& config, const std::vector<int>& ids) {
+  if (!config.cluster.gpus.empty()) {
+#if DPACTOR_HAS_CUDA
+    std::vector<int> devices;
+    for (const int id : ids) devices.push_back(config.cluster.gpus.at(static_cast<std::size_t>(id)));
+    return make_nccl_group(std::move(devices));
+#endif
+  }
+  local_group_options options;
+  options.oversubscribed = ids.size() > std::max(1u, std::thread::hardware_concurrency());
+  return make_local_group(static_cast<int>(ids.size()), options);
+}
 
 initial_state make_initial_state(const job_config& config, const run_options& options, const state_layout& layout,
                                  std::size_t train_rows) {
@@ -134,7 +169,9 @@ void Engine::on_event(event_callback callback) { impl_->callback = std::move(cal
 const job_config& Engine::config() const noexcept { return impl_->config; }
 
 int Engine::replica_count() const noexcept {
-  return impl_->config.cluster.cpus > 0 ? static_cast<int>(impl_->config.cluster.cpus) : hardware_cores();
+  const auto& cluster = impl_->config.cluster;
+  if (!cluster.gpus.empty()) return static_cast<int>(cluster.gpus.size());
+  return cluster.cpus > 0 ? static_cast<int>(cluster.cpus) : hardware_cores();
 }
 
 bool Engine::running() const { return impl_->running; }
@@ -195,16 +232,21 @@ void Engine::start() {
   }
 
   const std::vector<fault_spec> faults = parse_fault_specs(config.faults.inject);
+  if (!config.cluster.gpus.empty())
+    for (const auto& f : faults)
+      if (f.kind == fault_kind::join)
+        throw config_error(f.text + ": a CPU device cannot join a job on GPUs (NCCL groups GPU ranks only)");
   const auto micro_batch = static_cast<std::size_t>(config.train.micro_batch);
   const auto collective_timeout =
       std::chrono::milliseconds(static_cast<std::int64_t>(config.cluster.collective_timeout_s * 1000.0));
-  // Spawns CPU device `id`, at the start and for joins (the reducer calls it).
+  const bool gpus = !config.cluster.gpus.empty();
+  // Spawns device `id`, at the start and for joins (the reducer calls it).
   caf::actor_system* sys = system.get();
   auto spawn_device = [=, train = data.train, test = data.test, state = std::make_shared<const std::vector<float>>(init.state)](int id) {
     auto setup = std::make_shared<device_setup>();
     setup->id = id;
-    setup->name = "cpu:" + std::to_string(id);
-    setup->model = std::make_unique<cpu_replica>(config.model, opt, micro_batch);
+    setup->name = (gpus ? "gpu:" : "cpu:") + std::to_string(id);
+    setup->model = make_replica(config, opt, micro_batch, id);
     setup->model->import_state(*state);  // a newcomer is overwritten by the generation's broadcast
     setup->train = train;
     setup->test = test;
@@ -251,6 +293,7 @@ void Engine::start() {
   rs.control = m.control;
   rs.devices = devices;
   rs.spawn_device = spawn_device;
+  rs.make_group = [config](const std::vector<int>& ids) { return make_group(config, ids); };
   rs.loader = loader;
   rs.writer = writer;
   rs.schedule = schedule;

@@ -41,6 +41,7 @@ struct schedule_config {
 };
 
 struct cluster_config {
+  std::vector<int> gpus;         // CUDA devices, one replica each; empty = CPU replicas
   std::int64_t cpus = 0;         // CPU replicas; 0 = number of cores
   std::int64_t blas_threads = 0; // per replica; 0 = cores / replicas, at least 1
   std::int64_t min_devices = 1;
@@ -57,6 +58,12 @@ struct straggler_config {
   double smoothing = 0.3;          // weight of the newest sample in the throughput average
 };
 
+enum class matmul_precision { fp32, tf32 };
+
+struct precision_config {
+  matmul_precision matmul = matmul_precision::fp32;  // GPU GEMMs; TF32 tensor cores only when asked
+};
+
 struct faults_config {
   std::vector<std::string> inject;  // fault specs, see actors/fault_plan.hpp
   std::int64_t seed = 1;            // of jitter draws
@@ -71,6 +78,7 @@ struct job_config {
   train_config train;
   cluster_config cluster;
   straggler_config straggler;
+  precision_config precision;
   faults_config faults;
 };
 

@@ -54,8 +54,10 @@ struct member_handle {
 struct reducer_setup {
   std::shared_ptr<run_control> control;
   std::vector<member_handle> devices;
-  // Spawns a new CPU device with the given id (joins); in-process.
+  // Spawns a new device with the given id (joins); in-process.
   std::function<member_handle(int id)> spawn_device;
+  // The collective group of a generation, for its members' device ids.
+  std::function<std::shared_ptr<collective_group>(const std::vector<int>& ids)> make_group;
   caf::actor loader;
   caf::actor writer;  // invalid when checkpoints are off
   lr_schedule schedule;

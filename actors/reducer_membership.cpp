@@ -8,7 +8,6 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/reducer.hpp"
-#include "comms/local.hpp"
 #include "tensors/error.hpp"
 
 namespace dpactor {
@@ -209,10 +208,9 @@ void form_generation(reducer_ptr self, std::int32_t state_source) {
     m.handle.control->cut_step.store(-1);
   }
   st.plan.state_source = state_source;
-  local_group_options group_options;
-  group_options.oversubscribed = st.members.size() > std::max(1u, std::thread::hardware_concurrency());
-  st.plan.group = group_ticket{"local", st.plan.generation, "",
-                               make_local_group(static_cast<int>(st.members.size()), group_options)};
+  std::vector<int> ids;
+  for (const auto& m : st.members) ids.push_back(m.handle.id);
+  st.plan.group = group_ticket{"local", st.plan.generation, "", st.setup.make_group(ids)};
   st.throughput.reset(st.members.size());
   st.sent_shares.clear();
   st.steps.clear();

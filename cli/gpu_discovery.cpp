@@ -3,6 +3,10 @@
 #include <charconv>
 #include <stdexcept>
 
+#if DPACTOR_HAS_CUDA
+#include "cuda/resources.hpp"
+#endif
+
 namespace dpactor::cli {
 namespace {
 
@@ -14,10 +18,13 @@ int parse_int(const std::string& text, const std::string& spec) {
   return v;
 }
 
-// This build has no CUDA backend yet; see cuda/ when it lands.
 int visible_gpus(std::string& note) {
+#if DPACTOR_HAS_CUDA
+  return visible_cuda_devices(&note);
+#else
   note = "this build of dpactor has no CUDA support";
   return 0;
+#endif
 }
 
 }  // namespace

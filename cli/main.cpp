@@ -68,6 +68,7 @@ int run(int argc, char** argv, cli::signal_watch& signals) {
     gpus = cli::select_gpus(opts.gpus);
     if (opts.cpus) opts.sets.push_back("cluster.cpus=" + std::to_string(*opts.cpus));
     config = load_job_config(opts.model, opts.sets);
+    if (!gpus.devices.empty()) config.cluster.gpus = gpus.devices;
     parse_fault_specs(opts.inject);  // a bad spec is a usage error naming it
     config.faults.inject.insert(config.faults.inject.end(), opts.inject.begin(), opts.inject.end());
   } catch (const std::invalid_argument& e) {
@@ -82,7 +83,7 @@ int run(int argc, char** argv, cli::signal_watch& signals) {
   run.resume_from = opts.resume;
   run.init_from = opts.init_from;
   Engine engine(config, run);
-  if (gpus.devices.empty() && opts.gpus != "0")
+  if (gpus.devices.empty() && opts.gpus != "0" && config.cluster.gpus.empty())
     spdlog::warn("no usable GPU ({}); training on {} CPU replica{} (--cpus {})", gpus.note, engine.replica_count(),
                  engine.replica_count() == 1 ? "" : "s", engine.replica_count());
 

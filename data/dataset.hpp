@@ -25,7 +25,7 @@ struct dataset {
   dataset(std::string name, std::size_t rows, std::size_t feature_count, int num_classes);
 
   batch_ref batch(std::span<const std::uint32_t> indices) const noexcept {
-    return {features.data(), feature_count, labels.data(), indices};
+    return {features.data(), feature_count, labels.data(), indices, rows};
   }
   // Throws data_error naming the first label outside [0, num_classes).
   void check_labels() const;

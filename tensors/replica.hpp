@@ -39,6 +39,7 @@ struct batch_ref {
   std::size_t feature_count = 0;
   const std::int32_t* labels = nullptr;
   std::span<const std::uint32_t> indices;
+  std::size_t rows = 0;  // rows of the whole dataset (a GPU replica copies it once)
 };
 
 // See Note [Replica state buffer].
@@ -94,6 +95,9 @@ class replica {
   // memory; for a GPU replica it is device memory.
   virtual std::span<float> state_buffer() = 0;
   virtual std::int64_t optimizer_steps() const = 0;
+  // Called after state_buffer() was overwritten in place (a broadcast), so a
+  // replica that mirrors part of it elsewhere can reload it.
+  virtual void on_state_replaced() {}
   // Host copies, in the state layout (total_size() floats).
   virtual std::vector<float> export_state() const = 0;
   virtual void import_state(std::span<const float> state) = 0;

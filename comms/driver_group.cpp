@@ -1,0 +1,140 @@
+#include "comms/driver_group.hpp"
+
+#include <chrono>
+#include <thread>
+
+namespace dpactor {
+namespace {
+
+// Chunks as the local backend cuts them (collective::chunk): cache-line
+// aligned parts of ceil(size / ranks).
+std::pair<std::size_t, std::size_t> chunk_of(std::size_t size, int ranks, int rank) {
+  constexpr std::size_t align = 16;
+  const auto n = static_cast<std::size_t>(ranks);
+  const std::size_t per = ((size + n - 1) / n + align - 1) / align * align;
+  const std::size_t begin = std::min(size, per * static_cast<std::size_t>(rank));
+  return {begin, std::min(size, begin + per)};
+}
+
+struct group_state {
+  explicit group_state(int n) : ranks(n) {}
+  const int ranks;
+  std::atomic<bool> aborted{false};
+  std::mutex mutex;
+  std::vector<collective_driver*> drivers;  // for abort() from outside
+
+  void abort_all() {
+    aborted = true;
+    std::lock_guard lock(mutex);
+    for (auto* d : drivers) d->abort();
+  }
+};
+
+class driver_endpoint final : public collective {
+ public:
+  driver_endpoint(std::shared_ptr<group_state> group, int rank, std::unique_ptr<collective_driver> driver)
+      : group_(std::move(group)), rank_(rank), driver_(std::move(driver)) {
+    std::lock_guard lock(group_->mutex);
+    group_->drivers.push_back(driver_.get());
+    if (group_->aborted) driver_->abort();
+  }
+  ~driver_endpoint() override {
+    std::lock_guard lock(group_->mutex);
+    std::erase(group_->drivers, driver_.get());
+  }
+
+  int rank() const noexcept override { return rank_; }
+  int size() const noexcept override { return group_->ranks; }
+  std::pair<std::size_t, std::size_t> chunk(std::size_t size, int rank) const noexcept override {
+    return chunk_of(size, group_->ranks, rank);
+  }
+
+  void all_reduce_sum(std::span<float> data, const collective_options& options) override {
+    run("all_reduce", options, [&] { driver_->all_reduce_sum(data.data(), data.size()); });
+  }
+  // A reduce-scatter whose non-owned chunks are also summed: NCCL's own
+  // reduce-scatter needs equal chunks, and the result is the same.
+  void reduce_scatter_sum(std::span<float> data, const collective_options& options) override {
+    run("reduce_scatter", options, [&] { driver_->all_reduce_sum(data.data(), data.size()); });
+  }
+  void all_gather(std::span<const std::span<float>> buffers, const collective_options& options) override {
+    chunks_.clear();
+    for (int k = 0; k < group_->ranks; ++k) chunks_.push_back(chunk(buffers.empty() ? 0 : buffers[0].size(), k));
+    run("all_gather", options, [&] { driver_->all_gather_chunks(buffers, chunks_); });
+  }
+  void broadcast(std::span<float> data, int root, const collective_options& options) override {
+    run("broadcast", options, [&] { driver_->broadcast(data.data(), data.size(), root); });
+  }
+  void barrier(const collective_options& options) override {
+    run("barrier", options, [&] { driver_->all_reduce_sum(&token_, 1); });
+  }
+
+ private:
+  // Enqueues through the driver, then waits for it; a driver that throws
+  // breaks the group like any other failure.
+  template <class Enqueue>
+  void run(const char* op, const collective_options& options, Enqueue enqueue) {
+    if (group_->aborted) throw collective_error(collective_errc::aborted, what(op, "aborted"));
+    try {
+      enqueue();
+    } catch (const std::exception& e) {
+      group_->abort_all();
+      throw collective_error(collective_errc::aborted, what(op, std::string("failed: ") + e.what()));
+    }
+    finish(op, options);
+  }
+
+  // See Note [Never block on a GPU collective].
+  void finish(const char* op, const collective_options& options) {
+    const auto deadline = std::chrono::steady_clock::now() + options.timeout;
+    std::string error;
+    for (;;) {
+      switch (driver_->poll(error)) {
+        case collective_driver::state::done: return;
+        case collective_driver::state::failed:
+          group_->abort_all();
+          throw collective_error(collective_errc::aborted, what(op, "failed: " + error));
+        case collective_driver::state::pending: break;
+      }
+      if (group_->aborted) throw collective_error(collective_errc::aborted, what(op, "aborted"));
+      if (std::chrono::steady_clock::now() > deadline) {
+        group_->abort_all();
+        throw collective_error(collective_errc::timeout, what(op, "timed out; the group is aborted"));
+      }
+      std::this_thread::yield();
+    }
+  }
+
+  std::string what(const char* op, const std::string& how) const {
+    return "collective, rank " + std::to_string(rank_) + ": " + op + " " + how;
+  }
+
+  std::shared_ptr<group_state> group_;
+  int rank_;
+  std::unique_ptr<collective_driver> driver_;
+  std::vector<std::pair<std::size_t, std::size_t>> chunks_;
+  float token_ = 0.0f;
+};
+
+class driver_group final : public collective_group {
+ public:
+  driver_group(int ranks, driver_factory factory) : state_(std::make_shared<group_state>(ranks)), factory_(std::move(factory)) {}
+  int size() const noexcept override { return state_->ranks; }
+  std::unique_ptr<collective> endpoint(int rank) override {
+    return std::make_unique<driver_endpoint>(state_, rank, factory_(rank, state_->ranks));
+  }
+  void abort() override { state_->abort_all(); }
+  bool aborted() const noexcept override { return state_->aborted; }
+
+ private:
+  std::shared_ptr<group_state> state_;
+  driver_factory factory_;
+};
+
+}  // namespace
+
+std::shared_ptr<collective_group> make_driver_group(int ranks, driver_factory factory) {
+  return std::make_shared<driver_group>(ranks, std::move(factory));
+}
+
+}  // namespace dpactor

@@ -1,0 +1,47 @@
+#pragma once
+// A collective group whose ranks talk through an asynchronous driver: the
+// `nccl` backend (comms/nccl.hpp) and the fake communicator of the tests.
+//
+// Note [Never block on a GPU collective]
+// A driver only enqueues work and reports on it. The endpoint polls it with
+// the call's deadline, and on a timeout or an asynchronous error aborts the
+// whole group; abort() from any thread (the reducer's) aborts every driver,
+// which makes the pending and every later call fail at once. No thread ever
+// waits on the GPU without a deadline.
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "comms/collective.hpp"
+
+namespace dpactor {
+
+class collective_driver {
+ public:
+  enum class state { done, pending, failed };
+  virtual ~collective_driver() = default;
+  // Each call enqueues and returns; poll() tells when the work is done.
+  virtual void all_reduce_sum(float* data, std::size_t n) = 0;
+  virtual void broadcast(float* data, std::size_t n, int root) = 0;
+  // For each buffer, copies chunk k from rank k to every rank.
+  virtual void all_gather_chunks(std::span<const std::span<float>> buffers,
+                                 std::span<const std::pair<std::size_t, std::size_t>> chunks) = 0;
+  // Whether the communicator's set-up and everything enqueued have finished;
+  // `failed` with `error` set on an asynchronous error.
+  virtual state poll(std::string& error) = 0;
+  // Thread-safe; pending and later work fails.
+  virtual void abort() noexcept = 0;
+};
+
+// Creates rank r's driver; called on the thread that will use the endpoint.
+using driver_factory = std::function<std::unique_ptr<collective_driver>(int rank, int size)>;
+
+std::shared_ptr<collective_group> make_driver_group(int ranks, driver_factory factory);
+
+}  // namespace dpactor

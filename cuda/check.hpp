@@ -1,0 +1,46 @@
+#pragma once
+// Checked CUDA, cuBLAS and NCCL calls: a failure throws cuda_error naming the
+// file, the line, the call, the library's message and a hint for the user.
+//   CUDA_CHECK(cudaMalloc(&p, bytes));
+
+#include <string>
+
+#include "tensors/error.hpp"
+
+namespace dpactor {
+
+struct cuda_error : error {
+  explicit cuda_error(const std::string& what) : error(error_kind::training, what) {}
+};
+
+[[noreturn]] void throw_cuda_error(const char* library, const char* call, const char* file, int line,
+                                   const std::string& message, const char* hint);
+
+// A hint for common failures ("out of memory: lower train.micro_batch", ...).
+const char* cuda_hint(int code) noexcept;
+
+}  // namespace dpactor
+
+#define CUDA_CHECK(call)                                                                                   \
+  do {                                                                                                     \
+    const cudaError_t dpactor_status_ = (call);                                                            \
+    if (dpactor_status_ != cudaSuccess)                                                                    \
+      ::dpactor::throw_cuda_error("CUDA", #call, __FILE__, __LINE__, cudaGetErrorString(dpactor_status_),  \
+                                  ::dpactor::cuda_hint(static_cast<int>(dpactor_status_)));                \
+  } while (false)
+
+#define CUBLAS_CHECK(call)                                                                                 \
+  do {                                                                                                     \
+    const cublasStatus_t dpactor_status_ = (call);                                                         \
+    if (dpactor_status_ != CUBLAS_STATUS_SUCCESS)                                                          \
+      ::dpactor::throw_cuda_error("cuBLAS", #call, __FILE__, __LINE__, cublasGetStatusString(dpactor_status_), \
+                                  "check the matrix shapes and that the GPU has memory left");             \
+  } while (false)
+
+#define NCCL_CHECK(call)                                                                                   \
+  do {                                                                                                     \
+    const ncclResult_t dpactor_status_ = (call);                                                           \
+    if (dpactor_status_ != ncclSuccess && dpactor_status_ != ncclInProgress)                               \
+      ::dpactor::throw_cuda_error("NCCL", #call, __FILE__, __LINE__, ncclGetErrorString(dpactor_status_),  \
+                                  "set NCCL_DEBUG=WARN for NCCL's own account of the failure");            \
+  } while (false)

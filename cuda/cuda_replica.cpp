@@ -1,0 +1,230 @@
+#include "cuda/cuda_replica.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include "cuda/kernels.hpp"
+
+namespace dpactor {
+namespace {
+
+activation layer_activation(const mlp_spec& spec, std::size_t layer) {
+  return layer + 1 == spec.layers() ? activation::identity : spec.hidden_activation;
+}
+
+}  // namespace
+
+cuda_replica::cuda_replica(mlp_spec spec, optimizer_config opt, std::size_t micro_batch, cuda_replica_options options)
+    : selected_(options.device),
+      spec_(std::move(spec)),
+      opt_(opt),
+      layout_(make_state_layout(spec_, opt_)),
+      params_(mlp_layout(spec_)),
+      micro_batch_(micro_batch),
+      options_(options),
+
+      blas_(stream_.get(), options.tf32) {
+  device_guard guard(options_.device);
+  state_ = device_buffer<float>(layout_.total_size());
+  grads_ = device_buffer<float>(layout_.parameter_size);
+  CUDA_CHECK(cudaMemsetAsync(state_.data(), 0, state_.size() * sizeof(float), stream_.get()));
+  CUDA_CHECK(cudaMemsetAsync(grads_.data(), 0, grads_.size() * sizeof(float), stream_.get()));
+  for (std::size_t s = 0; s <= layout_.slots.size(); ++s)
+    sections_.emplace_back(state_.data() + s * layout_.parameter_size, layout_.parameter_size);
+  std::size_t widest = 0;
+  for (std::size_t l = 0; l < spec_.layers(); ++l) {
+    const auto out = static_cast<std::size_t>(spec_.sizes[l + 1]);
+    widest = std::max(widest, out);
+    outputs_.emplace_back(micro_batch_ * out);
+    inputs_.emplace_back(activation_backward_needs_input(layer_activation(spec_, l)) ? micro_batch_ * out : 0);
+  }
+  grad_a_ = device_buffer<float>(micro_batch_ * widest);
+  grad_b_ = device_buffer<float>(micro_batch_ * widest);
+  x_ = device_buffer<float>(micro_batch_ * static_cast<std::size_t>(spec_.inputs()));
+  y_ = device_buffer<std::int32_t>(micro_batch_);
+  host_indices_ = pinned_buffer<std::uint32_t>(micro_batch_);
+  indices_ = device_buffer<std::uint32_t>(micro_batch_);
+  loss_sum_ = device_buffer<double>(1);
+  correct_ = device_buffer<unsigned long long>(1);
+  sync(stream_.get());
+}
+
+cuda_replica::~cuda_replica() = default;
+
+void cuda_replica::sync(cudaStream_t stream) const {
+  cuda_event done;
+  done.record(stream);
+  wait_for_event(done, std::chrono::steady_clock::now() + options_.wait_limit);
+}
+
+const cuda_replica::device_dataset& cuda_replica::on_device(const batch_ref& rows) {
+  auto it = datasets_.find(rows.features);
+  if (it != datasets_.end()) return it->second;
+  if (rows.rows == 0) throw std::invalid_argument("cuda_replica: batch_ref without a row count");
+  device_dataset d{device_buffer<float>(rows.rows * rows.feature_count), device_buffer<std::int32_t>(rows.rows)};
+  CUDA_CHECK(cudaMemcpyAsync(d.features.data(), rows.features, d.features.size() * sizeof(float),
+                             cudaMemcpyHostToDevice, stream_.get()));
+  CUDA_CHECK(cudaMemcpyAsync(d.labels.data(), rows.labels, d.labels.size() * sizeof(std::int32_t),
+                             cudaMemcpyHostToDevice, stream_.get()));
+  sync(stream_.get());
+  return datasets_.emplace(rows.features, std::move(d)).first->second;
+}
+
+std::size_t cuda_replica::gather(const batch_ref& rows) {
+  const std::size_t n = rows.indices.size();
+  if (n > micro_batch_) throw std::invalid_argument("cuda_replica: more rows than the micro-batch");
+  const device_dataset& d = on_device(rows);
+  // The pinned staging buffer is reused: the previous copy must be done.
+  sync(stream_.get());
+  std::memcpy(host_indices_.data(), rows.indices.data(), n * sizeof(std::uint32_t));
+  CUDA_CHECK(cudaMemcpyAsync(indices_.data(), host_indices_.data(), n * sizeof(std::uint32_t), cudaMemcpyHostToDevice,
+                             stream_.get()));
+  cuda::gather_rows(d.features.data(), d.labels.data(), indices_.data(), n, rows.feature_count, x_.data(), y_.data(),
+                    stream_.get());
+  return n;
+}
+
+const float* cuda_replica::forward(std::size_t n) {
+  const float* in = x_.data();
+  for (std::size_t l = 0; l < spec_.layers(); ++l) {
+    const int fan_in = spec_.sizes[l], fan_out = spec_.sizes[l + 1];
+    const float* w = state_.data() + params_.tensors()[2 * l].offset;  // (out, in)
+    const float* b = state_.data() + params_.tensors()[2 * l + 1].offset;
+    float* a = outputs_[l].data();
+    float* z = inputs_[l].size() == 0 ? a : inputs_[l].data();
+    // (n, in) x (in, out) -> (n, out): z = x W^T
+    gemm(blas_, false, true, static_cast<int>(n), fan_out, fan_in, 1.0f, in, fan_in, w, fan_in, 0.0f, z, fan_out);
+    cuda::bias_activation_forward(layer_activation(spec_, l), n, static_cast<std::size_t>(fan_out), b, z, a, stream_.get());
+    in = a;
+  }
+  return in;
+}
+
+batch_stats cuda_replica::read_stats(std::size_t n) {
+  double loss = 0.0;
+  unsigned long long correct = 0;
+  CUDA_CHECK(cudaMemcpyAsync(&loss, loss_sum_.data(), sizeof loss, cudaMemcpyDeviceToHost, stream_.get()));
+  CUDA_CHECK(cudaMemcpyAsync(&correct, correct_.data(), sizeof correct, cudaMemcpyDeviceToHost, stream_.get()));
+  sync(stream_.get());
+  return {loss, static_cast<std::int64_t>(correct), static_cast<std::int64_t>(n)};
+}
+
+void cuda_replica::zero_grad() {
+  grads_written_ = false;  // the first micro-batch writes the gradients
+  samples_ = 0.0;
+}
+
+std::span<float> cuda_replica::gradients() {
+  device_guard guard(options_.device);
+  if (!grads_written_) {
+    CUDA_CHECK(cudaMemsetAsync(grads_.data(), 0, grads_.size() * sizeof(float), stream_.get()));
+    grads_written_ = true;
+  }
+  sync(stream_.get());  // the collective runs on another stream
+  return grads_.span();
+}
+
+batch_stats cuda_replica::accumulate(const batch_ref& rows) {
+  device_guard guard(options_.device);
+  const std::size_t n = gather(rows);
+  if (n == 0) return {};
+  CUDA_CHECK(cudaMemsetAsync(loss_sum_.data(), 0, sizeof(double), stream_.get()));
+  CUDA_CHECK(cudaMemsetAsync(correct_.data(), 0, sizeof(unsigned long long), stream_.get()));
+  const float* out = forward(n);
+  const auto classes = static_cast<std::size_t>(spec_.outputs());
+  float* d = grad_a_.data();
+  float* d_next = grad_b_.data();
+  cuda::loss(spec_.loss, n, classes, out, y_.data(), d, loss_sum_.data(), correct_.data(), stream_.get());
+  const bool overwrite = !grads_written_;
+  const float beta = overwrite ? 0.0f : 1.0f;
+  for (std::size_t l = spec_.layers(); l-- > 0;) {
+    const int fan_in = spec_.sizes[l], fan_out = spec_.sizes[l + 1];
+    const activation act = layer_activation(spec_, l);
+    const float* saved = activation_backward_needs_input(act) ? inputs_[l].data() : outputs_[l].data();
+    float* bias_grad = grads_.data() + params_.tensors()[2 * l + 1].offset;
+    cuda::bias_activation_backward(act, n, static_cast<std::size_t>(fan_out), saved, d, bias_grad, overwrite, stream_.get());
+    const float* in = l == 0 ? x_.data() : outputs_[l - 1].data();
+    // (out, n) x (n, in) -> (out, in): dW = dZ^T X
+    gemm(blas_, true, false, fan_out, fan_in, static_cast<int>(n), 1.0f, d, fan_out, in, fan_in, beta,
+         grads_.data() + params_.tensors()[2 * l].offset, fan_in);
+    if (l > 0) {
+      // (n, out) x (out, in) -> (n, in)
+      gemm(blas_, false, false, static_cast<int>(n), fan_in, fan_out, 1.0f, d, fan_out,
+           state_.data() + params_.tensors()[2 * l].offset, fan_in, 0.0f, d_next, fan_in);
+      std::swap(d, d_next);
+    }
+  }
+  grads_written_ = true;
+  samples_ += static_cast<double>(n);
+  return read_stats(n);
+}
+
+batch_stats cuda_replica::evaluate(const batch_ref& rows) {
+  device_guard guard(options_.device);
+  const std::size_t n = gather(rows);
+  if (n == 0) return {};
+  CUDA_CHECK(cudaMemsetAsync(loss_sum_.data(), 0, sizeof(double), stream_.get()));
+  CUDA_CHECK(cudaMemsetAsync(correct_.data(), 0, sizeof(unsigned long long), stream_.get()));
+  const float* out = forward(n);
+  cuda::loss(spec_.loss, n, static_cast<std::size_t>(spec_.outputs()), out, y_.data(), nullptr, loss_sum_.data(),
+             correct_.data(), stream_.get());
+  return read_stats(n);
+}
+
+void cuda_replica::apply_update(double lr, double total_samples, std::size_t begin, std::size_t end) {
+  if (total_samples <= 0.0 || end <= begin) return;
+  device_guard guard(options_.device);
+  float* slot0 = sections_.size() > 1 ? sections_[1].data() + begin : nullptr;
+  float* slot1 = sections_.size() > 2 ? sections_[2].data() + begin : nullptr;
+  cuda::optimizer_step(opt_, sections_[0].data() + begin, grads_.data() + begin, slot0, slot1, end - begin,
+                       static_cast<float>(1.0 / total_samples), lr, steps_, stream_.get());
+  sync(stream_.get());  // the all-gather runs on another stream
+}
+
+void cuda_replica::finish_step() { ++steps_; }
+
+void cuda_replica::on_state_replaced() {
+  device_guard guard(options_.device);
+  // The step counter came with the broadcast, in the state's tail.
+  std::int64_t steps = 0;
+  CUDA_CHECK(cudaMemcpyAsync(&steps, state_.data() + layout_.layout.size(), sizeof steps, cudaMemcpyDeviceToHost,
+                             stream_.get()));
+  sync(stream_.get());
+  steps_ = steps;
+}
+
+std::vector<float> cuda_replica::export_state() const {
+  device_guard guard(options_.device);
+  std::vector<float> out(state_.size());
+  CUDA_CHECK(cudaMemcpyAsync(out.data(), state_.data(), out.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_.get()));
+  sync(stream_.get());
+  write_step_counter(out, layout_, steps_);
+  return out;
+}
+
+void cuda_replica::import_state(std::span<const float> state) {
+  if (state.size() != state_.size())
+    throw std::invalid_argument("state has " + std::to_string(state.size()) + " floats, the replica " +
+                                std::to_string(state_.size()));
+  device_guard guard(options_.device);
+  CUDA_CHECK(cudaMemcpyAsync(state_.data(), state.data(), state.size() * sizeof(float), cudaMemcpyHostToDevice,
+                             stream_.get()));
+  sync(stream_.get());
+  steps_ = read_step_counter(state, layout_);
+}
+
+void cuda_replica::copy_parameters(std::span<float> out) const {
+  device_guard guard(options_.device);
+  CUDA_CHECK(cudaMemcpyAsync(out.data(), state_.data(), layout_.parameter_size * sizeof(float), cudaMemcpyDeviceToHost,
+                             stream_.get()));
+  sync(stream_.get());
+}
+
+std::uint64_t cuda_replica::parameter_checksum() const {
+  std::vector<float> params(layout_.parameter_size);
+  copy_parameters(params);
+  return checksum_floats(params);
+}
+
+}  // namespace dpactor

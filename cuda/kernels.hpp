@@ -1,0 +1,42 @@
+#pragma once
+// CUDA kernels of the MLP and its optimizers, as host-side launchers on a
+// stream. Layouts are those of the CPU kernels (tensors/): row-major
+// (rows, cols) blocks, flat parameter buffers. Each is checked against the CPU
+// reference by the gpu-labelled tests.
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "tensors/activation.hpp"
+#include "tensors/loss.hpp"
+#include "tensors/optimizer.hpp"
+
+namespace dpactor::cuda {
+
+// x(n, f) <- features[indices], y(n) <- labels[indices].
+void gather_rows(const float* features, const std::int32_t* labels, const std::uint32_t* indices, std::size_t n,
+                 std::size_t f, float* x, std::int32_t* y, cudaStream_t stream);
+
+// z(rows, cols) += bias; a = act(z) (a may alias z unless the backward pass
+// needs z: gelu).
+void bias_activation_forward(activation act, std::size_t rows, std::size_t cols, const float* bias, float* z, float* a,
+                             cudaStream_t stream);
+
+// grad <- grad * act'(saved); bias_grad (+)= column sums (overwritten when
+// `overwrite`).
+void bias_activation_backward(activation act, std::size_t rows, std::size_t cols, const float* saved, float* grad,
+                              float* bias_grad, bool overwrite, cudaStream_t stream);
+
+// Adds the loss sum and correct count of the rows to stats[0] (double) and
+// correct[0]; writes dL/doutput to grad unless it is null.
+void loss(loss_kind kind, std::size_t rows, std::size_t classes, const float* outputs, const std::int32_t* labels,
+          float* grad, double* loss_sum, unsigned long long* correct, cudaStream_t stream);
+
+// One launch per optimizer step over n elements (torch.optim formulas; see
+// tensors/optimizer.hpp). slot0/slot1 may be null when unused.
+void optimizer_step(const optimizer_config& cfg, float* params, const float* grads, float* slot0, float* slot1,
+                    std::size_t n, float grad_scale, double lr, std::int64_t step, cudaStream_t stream);
+
+}  // namespace dpactor::cuda

@@ -1,0 +1,167 @@
+// The asynchronous collective (the `nccl` backend's logic) through a fake
+// communicator: completion by polling, asynchronous errors, hangs that time
+// out, aborts from another thread, drivers that throw. See Note [Never block
+// on a GPU collective].
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "comms/driver_group.hpp"
+
+namespace dpactor {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct fake_world {
+  std::atomic<int> polls_needed{3};
+  std::atomic<bool> async_error{false};
+  std::atomic<bool> hang{false};
+  std::atomic<bool> throw_on_enqueue{false};
+  std::atomic<int> aborts{0};
+};
+
+class fake_driver final : public collective_driver {
+ public:
+  explicit fake_driver(fake_world& w) : world_(w) {}
+  void all_reduce_sum(float*, std::size_t) override { enqueue(); }
+  void broadcast(float*, std::size_t, int) override { enqueue(); }
+  void all_gather_chunks(std::span<const std::span<float>>, std::span<const std::pair<std::size_t, std::size_t>>) override {
+    enqueue();
+  }
+  state poll(std::string& error) override {
+    if (aborted_) {
+      error = "aborted";
+      return state::failed;
+    }
+    if (world_.async_error) {
+      error = "injected asynchronous error";
+      return state::failed;
+    }
+    if (world_.hang || ++polls_ < world_.polls_needed) return state::pending;
+    return state::done;
+  }
+  void abort() noexcept override {
+    if (!aborted_.exchange(true)) ++world_.aborts;
+  }
+
+ private:
+  void enqueue() {
+    if (world_.throw_on_enqueue) throw std::runtime_error("injected enqueue failure");
+    polls_ = 0;
+  }
+  fake_world& world_;
+  int polls_ = 0;
+  std::atomic<bool> aborted_{false};
+};
+
+std::shared_ptr<collective_group> fake_group(int ranks, fake_world& world) {
+  return make_driver_group(ranks, [&world](int, int) { return std::make_unique<fake_driver>(world); });
+}
+
+TEST(DriverGroup, CallsCompleteByPolling) {
+  fake_world world;
+  auto group = fake_group(2, world);
+  auto endpoint = group->endpoint(0);
+  std::vector<float> v(10, 1.0f);
+  EXPECT_NO_THROW(endpoint->all_reduce_sum(v, {}));
+  EXPECT_NO_THROW(endpoint->broadcast(v, 1, {}));
+  EXPECT_NO_THROW(endpoint->barrier({}));
+  const std::span<float> sections[] = {v};
+  EXPECT_NO_THROW(endpoint->all_gather(sections, {}));
+  EXPECT_EQ(endpoint->size(), 2);
+  EXPECT_EQ(world.aborts, 0);
+}
+
+TEST(DriverGroup, ChunksMatchTheLocalBackend) {
+  fake_world world;
+  auto endpoint = fake_group(3, world)->endpoint(1);
+  EXPECT_EQ(endpoint->chunk(100, 0), (std::pair<std::size_t, std::size_t>{0, 48}));
+  EXPECT_EQ(endpoint->chunk(100, 1), (std::pair<std::size_t, std::size_t>{48, 96}));
+  EXPECT_EQ(endpoint->chunk(100, 2), (std::pair<std::size_t, std::size_t>{96, 100}));
+}
+
+TEST(DriverGroup, AnAsynchronousErrorAbortsTheWholeGroup) {
+  fake_world world;
+  auto group = fake_group(2, world);
+  auto a = group->endpoint(0), b = group->endpoint(1);
+  world.async_error = true;
+  std::vector<float> v(4);
+  try {
+    a->all_reduce_sum(v, {});
+    FAIL() << "no error";
+  } catch (const collective_error& e) {
+    EXPECT_EQ(e.code(), collective_errc::aborted);
+    EXPECT_NE(std::string(e.what()).find("injected asynchronous error"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(group->aborted());
+  EXPECT_EQ(world.aborts, 2) << "every rank's communicator is aborted";
+  world.async_error = false;
+  EXPECT_THROW(b->all_reduce_sum(v, {}), collective_error) << "the other rank fails fast";
+}
+
+TEST(DriverGroup, AHungCallTimesOutAndAbortsTheGroup) {
+  fake_world world;
+  world.hang = true;
+  auto group = fake_group(2, world);
+  auto a = group->endpoint(0);
+  std::vector<float> v(4);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    a->all_reduce_sum(v, collective_options{50ms});
+    FAIL() << "no timeout";
+  } catch (const collective_error& e) {
+    EXPECT_EQ(e.code(), collective_errc::timeout);
+  }
+  const auto waited = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(waited, 50ms);
+  EXPECT_LT(waited, 2s);
+  EXPECT_TRUE(group->aborted());
+}
+
+TEST(DriverGroup, AbortFromAnotherThreadEndsAPendingCallWithin100ms) {
+  fake_world world;
+  world.hang = true;
+  auto group = fake_group(2, world);
+  std::atomic<bool> waiting{false};
+  std::chrono::steady_clock::time_point aborted_at, woke_at;
+  bool got_error = false;
+  std::thread rank([&] {
+    auto endpoint = group->endpoint(0);
+    std::vector<float> v(4);
+    waiting = true;
+    try {
+      endpoint->all_reduce_sum(v, collective_options{60s});
+    } catch (const collective_error& e) {
+      got_error = e.code() == collective_errc::aborted;
+    }
+    woke_at = std::chrono::steady_clock::now();
+  });
+  while (!waiting) std::this_thread::yield();
+  std::this_thread::sleep_for(10ms);  // let it settle into polling (correctness does not depend on it)
+  aborted_at = std::chrono::steady_clock::now();
+  group->abort();
+  rank.join();
+  EXPECT_TRUE(got_error);
+  EXPECT_LT(woke_at - aborted_at, 100ms);
+}
+
+TEST(DriverGroup, ADriverThatThrowsBreaksTheGroupWithACollectiveError) {
+  fake_world world;
+  world.throw_on_enqueue = true;
+  auto group = fake_group(1, world);
+  std::vector<float> v(4);
+  try {
+    group->endpoint(0)->all_reduce_sum(v, {});
+    FAIL() << "no error";
+  } catch (const collective_error& e) {
+    EXPECT_NE(std::string(e.what()).find("injected enqueue failure"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(group->aborted());
+}
+
+}  // namespace
+}  // namespace dpactor

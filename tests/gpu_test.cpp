@@ -1,0 +1,228 @@
+// GPU tests (ctest label gpu). On a machine without a CUDA device each test
+// skips, saying why. On a GPU: every kernel against the CPU reference on
+// fresh random inputs with outputs poisoned before each run (fp32 <= 1e-5
+// relative, TF32 GEMMs <= 1e-3), the CUDA replica's steps against the CPU
+// replica's, the NCCL path with one rank, and the default job trained on the GPU.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "actors/config_file.hpp"
+#include "actors/engine.hpp"
+#include "comms/nccl.hpp"
+#include "cuda/blas.hpp"
+#include "cuda/cuda_replica.hpp"
+#include "cuda/kernels.hpp"
+#include "cuda/resources.hpp"
+#include "data/synthetic.hpp"
+#include "tensors/cpu_replica.hpp"
+#include "tensors/gemm.hpp"
+#include "tensors/rng.hpp"
+
+namespace dpactor {
+namespace {
+
+#define SKIP_WITHOUT_GPU()                                                     \
+  do {                                                                         \
+    std::string why;                                                           \
+    if (visible_cuda_devices(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why; \
+  } while (false)
+
+constexpr float poison = std::numeric_limits<float>::quiet_NaN();
+
+std::vector<float> random_floats(std::size_t n, std::uint64_t seed) {
+  rng gen(seed);
+  std::vector<float> v(n);
+  for (float& x : v) x = static_cast<float>(gen.uniform(-2.0, 2.0));
+  return v;
+}
+
+template <class T>
+device_buffer<T> upload(const std::vector<T>& host) {
+  device_buffer<T> d(host.size());
+  CUDA_CHECK(cudaMemcpy(d.data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+
+template <class T>
+std::vector<T> download(const device_buffer<T>& d) {
+  std::vector<T> host(d.size());
+  CUDA_CHECK(cudaMemcpy(host.data(), d.data(), d.size() * sizeof(T), cudaMemcpyDeviceToHost));
+  return host;
+}
+
+double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
+  double diff = 0.0, norm = 0.0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    if (std::isnan(got[i])) return std::numeric_limits<double>::infinity();  // never written
+    diff += (got[i] - want[i]) * static_cast<double>(got[i] - want[i]);
+    norm += static_cast<double>(want[i]) * want[i];
+  }
+  return std::sqrt(diff / std::max(norm, 1e-30));
+}
+
+TEST(Gpu, GemmMatchesTheCpuInFp32AndTf32) {
+  SKIP_WITHOUT_GPU();
+  const int m = 130, n = 70, k = 257;
+  for (bool tf32 : {false, true}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        const auto a = random_floats(static_cast<std::size_t>(m * k), 1 + ta), b = random_floats(static_cast<std::size_t>(k * n), 3 + tb);
+        std::vector<float> want(static_cast<std::size_t>(m * n));
+        gemm(ta, tb, m, n, k, 1.0f, a.data(), ta ? m : k, b.data(), tb ? k : n, 0.0f, want.data(), n);
+        cuda_stream stream;
+        cublas_handle blas(stream.get(), tf32);
+        auto da = upload(a), db = upload(b);
+        auto dc = upload(std::vector<float>(static_cast<std::size_t>(m * n), poison));
+        gemm(blas, ta, tb, m, n, k, 1.0f, da.data(), ta ? m : k, db.data(), tb ? k : n, 0.0f, dc.data(), n);
+        CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+        EXPECT_LE(relative_error(download(dc), want), tf32 ? 1e-3 : 1e-5) << "tf32=" << tf32 << " ta=" << ta << " tb=" << tb;
+      }
+    }
+  }
+}
+
+TEST(Gpu, BiasActivationKernelsMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  for (activation act : {activation::relu, activation::gelu, activation::tanh, activation::sigmoid, activation::identity}) {
+    const std::size_t rows = 37, cols = 129;
+    const auto x = random_floats(rows * cols, 5), bias = random_floats(cols, 6), dy = random_floats(rows * cols, 7);
+    std::vector<float> z = x, a(rows * cols), grad = dy, db(cols, 0.0f);
+    const bool keep_z = activation_backward_needs_input(act);
+    bias_activation_forward(act, rows, cols, bias.data(), z.data(), keep_z ? a.data() : z.data());
+    const std::vector<float> a_want = keep_z ? a : z;
+    bias_activation_backward(act, rows, cols, keep_z ? z.data() : a_want.data(), grad.data(), db.data());
+
+    auto dz = upload(x), dbias = upload(bias), dgrad = upload(dy);
+    auto da = upload(std::vector<float>(rows * cols, poison)), ddb = upload(std::vector<float>(cols, poison));
+    cuda::bias_activation_forward(act, rows, cols, dbias.data(), dz.data(), keep_z ? da.data() : dz.data(), nullptr);
+    cuda::bias_activation_backward(act, rows, cols, keep_z ? dz.data() : dz.data(), dgrad.data(), ddb.data(), true, nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const auto a_got = keep_z ? download(da) : download(dz);
+    EXPECT_LE(relative_error(a_got, a_want), 1e-5) << activation_name(act);
+    EXPECT_LE(relative_error(download(dgrad), grad), 1e-5) << activation_name(act);
+    EXPECT_LE(relative_error(download(ddb), db), 1e-5) << activation_name(act);
+  }
+}
+
+TEST(Gpu, LossKernelsMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  for (loss_kind kind : {loss_kind::cross_entropy, loss_kind::mse}) {
+    const std::size_t rows = 300, classes = 10;
+    const auto logits = random_floats(rows * classes, 8);
+    std::vector<std::int32_t> labels(rows);
+    for (std::size_t i = 0; i < rows; ++i) labels[i] = static_cast<std::int32_t>((i * 7) % classes);
+    std::vector<float> grad(rows * classes);
+    const loss_stats want = compute_loss(kind, rows, classes, logits.data(), labels.data(), grad.data());
+    auto dl = upload(logits);
+    auto dlab = upload(labels);
+    auto dgrad = upload(std::vector<float>(rows * classes, poison));
+    device_buffer<double> loss(1);
+    device_buffer<unsigned long long> correct(1);
+    CUDA_CHECK(cudaMemset(loss.data(), 0, sizeof(double)));
+    CUDA_CHECK(cudaMemset(correct.data(), 0, sizeof(unsigned long long)));
+    cuda::loss(kind, rows, classes, dl.data(), dlab.data(), dgrad.data(), loss.data(), correct.data(), nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_NEAR(download(loss)[0], want.loss_sum, 1e-5 * std::abs(want.loss_sum)) << loss_name(kind);
+    EXPECT_EQ(static_cast<std::int64_t>(download(correct)[0]), want.correct) << loss_name(kind);
+    EXPECT_LE(relative_error(download(dgrad), grad), 1e-5) << loss_name(kind);
+  }
+}
+
+TEST(Gpu, OptimizerKernelsMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  for (optimizer_kind kind : {optimizer_kind::sgd, optimizer_kind::adamw}) {
+    optimizer_config cfg;
+    cfg.kind = kind;
+    cfg.nesterov = kind == optimizer_kind::sgd;
+    cfg.weight_decay = 0.01;
+    const std::size_t n = 10007;
+    auto p = random_floats(n, 9);
+    std::vector<float> s0(n, 0.0f), s1(n, 0.0f);
+    auto dp = upload(p), ds0 = upload(s0), ds1 = upload(s1);
+    for (int step = 0; step < 5; ++step) {
+      const auto g = random_floats(n, 100 + static_cast<std::uint64_t>(step));
+      std::vector<std::span<float>> slots{s0};
+      if (kind == optimizer_kind::adamw) slots.push_back(s1);
+      optimizer_step(cfg, p, g, slots, 0.5f, 0.01, step);
+      auto dg = upload(g);
+      cuda::optimizer_step(cfg, dp.data(), dg.data(), ds0.data(), ds1.data(), n, 0.5f, 0.01, step, nullptr);
+    }
+    CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_LE(relative_error(download(dp), p), 1e-5) << optimizer_name(kind);
+  }
+}
+
+TEST(Gpu, CudaReplicaStepsMatchTheCpuReplica) {
+  SKIP_WITHOUT_GPU();
+  const mlp_spec spec{{64, 48, 10}, activation::relu, loss_kind::cross_entropy};
+  synthetic_options o;
+  o.rows = 512;
+  o.features = 64;
+  o.classes = 10;
+  const dataset data = make_synthetic(o);
+  cpu_replica cpu(spec, optimizer_config{}, 32);
+  cuda_replica gpu(spec, optimizer_config{}, 32, cuda_replica_options{});
+  std::vector<float> state(cpu.layout().total_size(), 0.0f);
+  init_mlp_parameters(spec, std::span<float>(state).first(cpu.layout().parameter_size), 3);
+  cpu.import_state(state);
+  gpu.import_state(state);
+  std::vector<std::uint32_t> rows(96);
+  for (int step = 0; step < 5; ++step) {
+    for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<std::uint32_t>((step * 97 + i * 5) % 512);
+    for (replica* r : std::initializer_list<replica*>{&cpu, &gpu}) {
+      r->zero_grad();
+      for (std::size_t b = 0; b < rows.size(); b += 32)
+        r->accumulate(data.batch(std::span<const std::uint32_t>(rows).subspan(b, 32)));
+      r->gradients();
+      r->apply_update(0.05, r->samples(), 0, r->layout().parameter_size);
+      r->finish_step();
+    }
+  }
+  std::vector<float> want(cpu.layout().parameter_size), got(cpu.layout().parameter_size);
+  cpu.copy_parameters(want);
+  gpu.copy_parameters(got);
+  EXPECT_LE(relative_error(got, want), 1e-5);
+  EXPECT_EQ(gpu.optimizer_steps(), 5);
+}
+
+TEST(Gpu, NcclWithOneRank) {
+  SKIP_WITHOUT_GPU();
+  auto group = make_nccl_group({0});
+  auto endpoint = group->endpoint(0);
+  auto d = upload(std::vector<float>{1.0f, 2.0f, 3.0f});
+  endpoint->all_reduce_sum(d.span(), {});
+  endpoint->broadcast(d.span(), 0, {});
+  const std::span<float> sections[] = {d.span()};
+  endpoint->all_gather(sections, {});
+  std::vector<float> host{4.0f};  // a host buffer goes through device scratch memory
+  endpoint->all_reduce_sum(host, {});
+  EXPECT_EQ(download(d), (std::vector<float>{1.0f, 2.0f, 3.0f}));
+  EXPECT_EQ(host[0], 4.0f);
+  group->abort();
+  EXPECT_THROW(endpoint->all_reduce_sum(d.span(), {}), collective_error);
+}
+
+TEST(Gpu, TheDefaultJobTrainsOnTheGpu) {
+  SKIP_WITHOUT_GPU();
+  if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"))
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  // scripts/gpu-check runs this program away from the source tree.
+  const char* root = std::getenv("DPACTOR_SOURCE_DIR");
+  job_config c = load_job_config(std::string(root != nullptr ? root : DPACTOR_SOURCE_DIR) + "/configs/mlp.cfg");
+  c.cluster.gpus = {0};
+  c.train.checkpoint_dir = "";
+  Engine engine(c);
+  engine.start();
+  const run_summary s = engine.wait();
+  EXPECT_GE(s.test_accuracy, 0.88);
+}
+
+}  // namespace
+}  // namespace dpactor

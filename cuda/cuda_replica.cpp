@@ -125,13 +125,19 @@ std::span<float> cuda_replica::gradients() {
   return grads_.span();
 }
 
-batch_stats cuda_replica::accumulate(const batch_ref& rows) {
-  device_guard guard(options_.device);
-  const std::size_t n = gather(rows);
-  if (n == 0) return {};
+const float* cuda_replica::begin_pass(const batch_ref& rows, std::size_t& n) {
+  n = gather(rows);
+  if (n == 0) return nullptr;
   CUDA_CHECK(cudaMemsetAsync(loss_sum_.data(), 0, sizeof(double), stream_.get()));
   CUDA_CHECK(cudaMemsetAsync(correct_.data(), 0, sizeof(unsigned long long), stream_.get()));
-  const float* out = forward(n);
+  return forward(n);
+}
+
+batch_stats cuda_replica::accumulate(const batch_ref& rows) {
+  device_guard guard(options_.device);
+  std::size_t n = 0;
+  const float* out = begin_pass(rows, n);
+  if (n == 0) return {};
   const auto classes = static_cast<std::size_t>(spec_.outputs());
   float* d = grad_a_.data();
   float* d_next = grad_b_.data();
@@ -162,11 +168,9 @@ batch_stats cuda_replica::accumulate(const batch_ref& rows) {
 
 batch_stats cuda_replica::evaluate(const batch_ref& rows) {
   device_guard guard(options_.device);
-  const std::size_t n = gather(rows);
+  std::size_t n = 0;
+  const float* out = begin_pass(rows, n);
   if (n == 0) return {};
-  CUDA_CHECK(cudaMemsetAsync(loss_sum_.data(), 0, sizeof(double), stream_.get()));
-  CUDA_CHECK(cudaMemsetAsync(correct_.data(), 0, sizeof(unsigned long long), stream_.get()));
-  const float* out = forward(n);
   cuda::loss(spec_.loss, n, static_cast<std::size_t>(spec_.outputs()), out, y_.data(), nullptr, loss_sum_.data(),
              correct_.data(), stream_.get());
   return read_stats(n);

@@ -56,6 +56,9 @@ class cuda_replica final : public replica {
   const device_dataset& on_device(const batch_ref& rows);
   // Forward pass; returns the output block (n, classes).
   const float* forward(std::size_t n);
+  // Gathers the rows, clears the loss counters and runs the forward pass;
+  // sets n to the row count and returns the outputs (null for no rows).
+  const float* begin_pass(const batch_ref& rows, std::size_t& n);
   batch_stats read_stats(std::size_t n);
   void sync(cudaStream_t stream) const;
 

@@ -103,6 +103,10 @@ void measure_step_time(loader_ptr self, std::int64_t through) {
 void finish(loader_ptr self, bool evaluated) {
   auto& st = self->state;
   st.finished = true;
+  if (st.pause_after && !st.paused) {  // nothing more will be issued: the pause point is reached
+    st.paused = true;
+    self->send(st.reducer, paused_msg{st.plan.generation, st.next_step - 1});
+  }
   const std::int64_t last = st.next_step - 1;
   const auto& members = st.plan.members;
   if (!evaluated) start_evaluation(self, false);
@@ -166,7 +170,7 @@ void pump(loader_ptr self) {
     }
     if (st.pause_after && st.next_step > *st.pause_after) {
       st.paused = true;
-      self->send(st.reducer, paused_msg{st.next_step - 1});
+      self->send(st.reducer, paused_msg{st.plan.generation, st.next_step - 1});
       return;
     }
     const std::int64_t in_flight = st.next_step - st.committed_step - 1;
@@ -258,6 +262,8 @@ caf::behavior loader_actor(caf::stateful_actor<loader_state>* self, loader_setup
         for (std::int32_t r = 0; r < size; ++r)
           self->send(st.plan.members[static_cast<std::size_t>(r)],
                      begin_generation_msg{st.plan.generation, st.reducer, r, size, st.plan.state_source, st.plan.group});
+        if (st.plan.snapshot_step >= -1)
+          self->send(st.plan.members.at(0), snapshot_msg{st.plan.generation, st.plan.snapshot_step});
         if (st.pending_eval) send_evaluation(self, *st.pending_eval);
         pump(self);
       },
@@ -275,11 +281,12 @@ caf::behavior loader_actor(caf::stateful_actor<loader_state>* self, loader_setup
       [self](const rollback_msg& msg) { roll_back(self, msg); },
       [self](const pause_msg& msg) {
         auto& st = self->state;
+        if (msg.generation != st.plan.generation) return;
         st.pause_after = msg.after;
         pump(self);
         if (!st.paused && (st.finished || !st.have_plan)) {
           st.paused = true;
-          self->send(st.reducer, paused_msg{st.next_step - 1});
+          self->send(st.reducer, paused_msg{st.plan.generation, st.next_step - 1});
         }
       },
       [self](const shares_msg& msg) {

@@ -60,6 +60,9 @@ struct generation_plan {
   std::vector<caf::actor> members;  // rank = position
   std::int32_t state_source = 0;    // rank whose state every member adopts
   group_ticket group;
+  // A state snapshot the new generation's first member must send right after
+  // adopting the state (the final checkpoint's, lost with a member); -2: none.
+  std::int64_t snapshot_step = -2;
 };
 
 struct begin_generation_msg {
@@ -214,10 +217,12 @@ struct eval_done_msg {
 
 // Stop issuing steps after `after` (a graceful membership change follows).
 struct pause_msg {
+  std::int64_t generation = 0;
   std::int64_t after = 0;
 };
 
 struct paused_msg {
+  std::int64_t generation = 0;
   std::int64_t last_step = -1;  // the last step issued before the pause
 };
 
@@ -302,7 +307,8 @@ typename Inspector::result_type inspect(Inspector& f, ledger_position& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, generation_plan& x) {
-  return f(caf::meta::type_name("generation_plan"), x.generation, x.reducer, x.members, x.state_source, x.group);
+  return f(caf::meta::type_name("generation_plan"), x.generation, x.reducer, x.members, x.state_source, x.group,
+           x.snapshot_step);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, begin_generation_msg& x) {
@@ -381,11 +387,11 @@ typename Inspector::result_type inspect(Inspector& f, eval_done_msg& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, pause_msg& x) {
-  return f(caf::meta::type_name("pause_msg"), x.after);
+  return f(caf::meta::type_name("pause_msg"), x.generation, x.after);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, paused_msg& x) {
-  return f(caf::meta::type_name("paused_msg"), x.last_step);
+  return f(caf::meta::type_name("paused_msg"), x.generation, x.last_step);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, shares_msg& x) {

@@ -109,10 +109,8 @@ void account_step(reducer_ptr self, std::int64_t step, reducer_state::step_tally
   }
   st.summary.samples += tally.samples;
   ++st.epoch_step;
-  const auto now = clock_type::now();
-  if (st.committed >= 0) st.step_intervals.push(seconds(now - st.last_commit));
   st.committed = step;
-  st.last_commit = st.last_progress = now;
+  st.last_commit = st.last_progress = clock_type::now();
   commit.through = step;
   if (!tally.returned.empty()) commit.returned.push_back(step_returned{step, std::move(tally.returned)});
   if ((step + 1) % st.setup.log_every == 0) emit_step_event(self, step, tally.epoch);
@@ -135,6 +133,7 @@ void commit_ready_steps(reducer_ptr self) {
   auto& st = self->state;
   committed_msg commit{st.plan.generation, st.committed, {}};
   const std::int64_t before = st.committed;
+  const auto previous_commit = st.last_commit;
   while (!st.failed && !st.steps.empty() && st.steps.begin()->first == st.committed + 1 &&
          step_complete(st, st.steps.begin()->second)) {
     auto node = st.steps.extract(st.steps.begin());
@@ -163,7 +162,13 @@ void commit_ready_steps(reducer_ptr self) {
       st.fault_time.reset();
     }
   }
-  if (st.committed > before) self->send(st.setup.loader, std::move(commit));
+  if (st.committed > before) {
+    // Steps arrive in batches (See Note [One step report]): the time per step
+    // is the time since the last commit over the steps committed now.
+    if (before >= 0)
+      st.step_intervals.push(seconds(st.last_commit - previous_commit) / static_cast<double>(st.committed - before));
+    self->send(st.setup.loader, std::move(commit));
+  }
   update_shares(self);
   check_pause_complete(self);
   maybe_finish(self);
@@ -258,13 +263,17 @@ caf::behavior reducer_actor(caf::stateful_actor<reducer_state>* self, reducer_se
       [self](start_atom) { start(self); },
       [self](shard_cut_msg& msg) {
         auto& st = self->state;
-        if (!accepting_reports(st, msg.generation)) return;
+        // Also while recovering: a step the state source applied commits
+        // without the indices this member returned, which it never trained.
+        if (msg.generation != st.plan.generation || st.failed ||
+            (!accepting_reports(st, msg.generation) && st.current != reducer_state::phase::recovering))
+          return;
         ++st.interval_cuts;
         ++st.summary.cuts;
         auto& tally = st.steps[msg.step];
         tally.cut.insert(msg.rank);
         tally.returned.insert(tally.returned.end(), msg.returned.begin(), msg.returned.end());
-        commit_ready_steps(self);
+        if (st.current != reducer_state::phase::recovering) commit_ready_steps(self);
       },
       [self](const late_msg& msg) {
         if (accepting_reports(self->state, msg.generation)) on_late(self, msg);
@@ -368,7 +377,7 @@ caf::behavior reducer_actor(caf::stateful_actor<reducer_state>* self, reducer_se
       [self](const rollback_done_msg& msg) { self->state.requeued_by_fault = msg.requeued; },
       [self](const paused_msg& msg) {
         auto& st = self->state;
-        if (st.current != reducer_state::phase::pausing) return;
+        if (st.current != reducer_state::phase::pausing || msg.generation != st.plan.generation) return;
         st.pause_point = msg.last_step;
         check_pause_complete(self);
       },

@@ -18,6 +18,10 @@ using phase = reducer_state::phase;
 
 // Time a stopping reducer gives a member or the loader to answer.
 constexpr auto stop_request_timeout = std::chrono::seconds(30);
+// Least time survivors get to answer after an abort.
+constexpr double suspend_timeout_floor_s = 10.0;
+// Least time an evaluation may take before the job counts as stalled.
+constexpr double evaluation_timeout_floor_s = 60.0;
 
 double seconds(clock_type::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -71,14 +75,18 @@ void finish_recovery(reducer_ptr self) {
   // The state source: the most advanced survivor, the oldest on a tie.
   std::optional<std::size_t> source;
   std::int64_t through = st.committed;
+  // A member behind the committed step (a newcomer whose broadcast failed)
+  // holds no state worth keeping.
   for (std::size_t r = 0; r < st.members.size(); ++r) {
     if (st.members[r].gone) continue;
     const std::int64_t last = st.suspend_replies.at(st.members[r].handle.id);
+    if (last < st.committed) continue;
     if (!source || last > through) {
       source = r;
       through = std::max(through, last);
     }
   }
+  if (st.rescue_state && st.rescue_state->first < st.committed) st.rescue_state.reset();
   if (!source && st.rescue_state) through = std::max(through, st.rescue_state->first);
 
   // Steps up to `through` are in the state source's parameters: commit them.
@@ -109,10 +117,15 @@ void finish_recovery(reducer_ptr self) {
   }
   // Apply the graceful changes that were waiting, then form the generation.
   const caf::actor source_actor = st.members[*source].handle.actor;
-  for (const auto& name : std::exchange(st.pending_leaves, {}))
-    for (std::size_t r = 0; r < st.members.size(); ++r)
-      if (st.members[r].handle.name == name && !st.members[r].gone && st.members[r].handle.actor != source_actor)
-        remove_member(self, r, "left");
+  std::vector<std::string> deferred;  // the state source leaves at the next boundary
+  for (const auto& name : std::exchange(st.pending_leaves, {})) {
+    for (std::size_t r = 0; r < st.members.size(); ++r) {
+      if (st.members[r].handle.name != name || st.members[r].gone) continue;
+      if (st.members[r].handle.actor == source_actor) deferred.push_back(name);
+      else remove_member(self, r, "left");
+    }
+  }
+  st.pending_leaves = std::move(deferred);
   std::erase_if(st.members, [](const auto& m) { return m.gone; });
   admit_joins(self);
   if (st.members.size() < static_cast<std::size_t>(st.setup.min_devices)) {
@@ -122,6 +135,7 @@ void finish_recovery(reducer_ptr self) {
   const auto it = std::find_if(st.members.begin(), st.members.end(), [&](const auto& m) { return m.handle.actor == source_actor; });
   form_generation(self, static_cast<std::int32_t>(it - st.members.begin()));
   request_graceful_change(self);
+  maybe_finish(self);
 }
 
 void check_recovery_complete(reducer_ptr self) {
@@ -220,6 +234,7 @@ void form_generation(reducer_ptr self, std::int32_t state_source) {
   st.awaiting_suspend.clear();
   st.late = {};
   st.last_progress = now;
+  st.rescue_state.reset();
   st.current = phase::running;
 
   membership_event e;
@@ -240,15 +255,14 @@ void form_generation(reducer_ptr self, std::int32_t state_source) {
     spdlog::warn("generation {} from step {}: {} members ({}); {}", e.generation, e.step + 1, e.members.size(), names, e.reason);
   }
   st.setup.control->emit(e);
-  self->send(st.setup.loader, st.plan);
-
-  // The final checkpoint's state went with a member that is gone: ask again.
+  // The final checkpoint's state went with a member that is gone: the new
+  // first member sends it, in order after adopting the state.
+  st.plan.snapshot_step = -2;
   if (st.work && st.work->snapshot && st.last_checkpoint != st.work->last_step && st.committed >= st.work->last_step) {
     auto& pending = st.checkpoints[st.work->last_step];
-    if (!pending.state && !pending.sent)
-      self->request(st.members.front().handle.actor, stop_request_timeout, state_atom::value)
-          .then([self](state_msg& s) { self->send(self, std::move(s)); }, [](caf::error&) {});
+    if (!pending.state && !pending.sent) st.plan.snapshot_step = st.work->last_step;
   }
+  self->send(st.setup.loader, st.plan);
 }
 
 void handle_fault(reducer_ptr self, std::optional<std::size_t> rank, const std::string& reason) {
@@ -263,7 +277,9 @@ void handle_fault(reducer_ptr self, std::optional<std::size_t> rank, const std::
     st.current = phase::recovering;
     st.suspend_replies.clear();
     st.awaiting_suspend.clear();
-    const auto timeout = as_duration(hang_timeout(st));
+    // Survivors answer once their failed step returns; an evaluation in
+    // progress is not interruptible, so they get at least this long.
+    const auto timeout = as_duration(std::max(hang_timeout(st), suspend_timeout_floor_s));
     const std::int64_t generation = st.plan.generation;
     for (const auto& m : st.members) {
       if (m.gone) continue;
@@ -280,12 +296,15 @@ void handle_fault(reducer_ptr self, std::optional<std::size_t> rank, const std::
 void request_graceful_change(reducer_ptr self) {
   auto& st = self->state;
   if (st.current != phase::running || st.failed) return;
+  // Planned changes past the end of the run never happen.
+  if (st.work)
+    std::erase_if(st.planned_changes, [&](const fault_spec& f) { return f.step - 2 >= st.work->last_step; });
   std::optional<std::int64_t> after;
   if (st.pending_joins > 0 || !st.pending_leaves.empty()) after = st.committed;  // as soon as possible
   else if (!st.planned_changes.empty()) after = std::max(st.committed, st.planned_changes.front().step - 2);
   if (!after) return;
   st.current = phase::pausing;
-  self->send(st.setup.loader, pause_msg{*after});
+  self->send(st.setup.loader, pause_msg{st.plan.generation, *after});
 }
 
 void check_pause_complete(reducer_ptr self) {
@@ -311,13 +330,15 @@ void check_pause_complete(reducer_ptr self) {
   }
   form_generation(self, 0);  // the old members are identical; rank 0 is one of them
   request_graceful_change(self);
+  maybe_finish(self);
 }
 
 void check_hangs(reducer_ptr self) {
   auto& st = self->state;
   if (st.failed || (st.current != phase::running && st.current != phase::pausing)) return;
   const bool has_work = !st.work || st.eval_outstanding;
-  const double timeout = hang_timeout(st);
+  // An evaluation is one long stretch without reports.
+  const double timeout = st.eval_outstanding ? std::max(hang_timeout(st), evaluation_timeout_floor_s) : hang_timeout(st);
   const double stalled = seconds(clock_type::now() - st.last_progress);
   if (!has_work || stalled <= timeout) return;
   char text[160];

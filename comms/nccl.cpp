@@ -4,6 +4,8 @@
 #include <nccl.h>
 
 #include <atomic>
+#include <cstring>
+#include <mutex>
 #include <chrono>
 #include <stdexcept>
 #include <string>
@@ -14,62 +16,78 @@
 namespace dpactor {
 namespace {
 
-// Longest wait for a communicator's set-up before the group is aborted.
-constexpr auto init_deadline = std::chrono::seconds(120);
+// Longest wait for a communicator's set-up, or for a call to be enqueued,
+// before it counts as failed (the endpoint then aborts the group).
+constexpr auto settle_deadline = std::chrono::seconds(120);
 
 std::string cuda_text(cudaError_t e) { return cudaGetErrorString(e); }
 
+// One rank's communicator. Every use of comm_ holds mutex_: abort() comes
+// from the reducer's thread and ncclCommAbort frees the communicator. All
+// NCCL calls are non-blocking, so the lock is held only briefly.
 class nccl_driver final : public collective_driver {
  public:
-  nccl_driver(int rank, int size, int device, const ncclUniqueId& id) : device_(device) {
+  nccl_driver(int rank, int size, int device, const ncclUniqueId& id) {
     check_cuda(cudaSetDevice(device), "cudaSetDevice");
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     check_cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreate");
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;  // set-up and calls return at once; poll ncclCommGetAsyncError
-    const ncclResult_t r = ncclCommInitRankConfig(&comm_, size, id, rank, &config);
-    if (r != ncclSuccess && r != ncclInProgress)
-      throw std::runtime_error(std::string("ncclCommInitRankConfig failed: ") + ncclGetErrorString(r));
+    check_nccl(ncclCommInitRankConfig(&comm_, size, id, rank, &config), "ncclCommInitRankConfig");
   }
 
   ~nccl_driver() override {
     // A generation's communicator ends with it; abort also frees it.
     abort();
-    if (scratch_ != nullptr) cudaFree(scratch_);
+    if (device_scratch_ != nullptr) cudaFree(device_scratch_);
+    if (host_scratch_ != nullptr) cudaFreeHost(host_scratch_);
     if (done_ != nullptr) cudaEventDestroy(done_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
   void all_reduce_sum(float* data, std::size_t n) override {
+    std::lock_guard lock(mutex_);
     float* buf = stage_in(data, n);
-    enqueue(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm_, stream_), "ncclAllReduce");
-    stage_out(data, n);
+    check_nccl(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm_, stream_), "ncclAllReduce");
+    settle();
+    stage_out(n);
   }
 
   void broadcast(float* data, std::size_t n, int root) override {
+    std::lock_guard lock(mutex_);
     float* buf = stage_in(data, n);
-    enqueue(ncclBroadcast(buf, buf, n, ncclFloat, root, comm_, stream_), "ncclBroadcast");
-    stage_out(data, n);
+    check_nccl(ncclBroadcast(buf, buf, n, ncclFloat, root, comm_, stream_), "ncclBroadcast");
+    settle();
+    stage_out(n);
   }
 
   void all_gather_chunks(std::span<const std::span<float>> buffers,
                          std::span<const std::pair<std::size_t, std::size_t>> chunks) override {
+    std::lock_guard lock(mutex_);
     ready();
+    staged_ = nullptr;
     for (const auto& b : buffers) {
-      enqueue(ncclGroupStart(), "ncclGroupStart");
-      for (std::size_t k = 0; k < chunks.size(); ++k) {
-        const auto [begin, end] = chunks[k];
-        if (end > begin)
-          enqueue(ncclBroadcast(b.data() + begin, b.data() + begin, end - begin, ncclFloat, static_cast<int>(k), comm_,
-                                stream_),
-                  "ncclBroadcast");
+      {
+        // ncclGroupEnd must follow ncclGroupStart even when a call throws.
+        check_nccl(ncclGroupStart(), "ncclGroupStart");
+        struct group_end {
+          ~group_end() { ncclGroupEnd(); }
+        } end_group;
+        for (std::size_t k = 0; k < chunks.size(); ++k) {
+          const auto [begin, end] = chunks[k];
+          if (end > begin)
+            check_nccl(ncclBroadcast(b.data() + begin, b.data() + begin, end - begin, ncclFloat, static_cast<int>(k),
+                                     comm_, stream_),
+                       "ncclBroadcast");
+        }
       }
-      enqueue(ncclGroupEnd(), "ncclGroupEnd");
+      settle();
     }
     check_cuda(cudaEventRecord(done_, stream_), "cudaEventRecord");
   }
 
   state poll(std::string& error) override {
+    std::lock_guard lock(mutex_);
     if (aborted_) {
       error = "aborted";
       return state::failed;
@@ -87,75 +105,94 @@ class nccl_driver final : public collective_driver {
       error = "CUDA: " + cuda_text(e);
       return state::failed;
     }
+    if (staged_ != nullptr) {  // a host buffer: its result is in pinned memory now
+      std::memcpy(staged_, host_scratch_, staged_size_ * sizeof(float));
+      staged_ = nullptr;
+    }
     return state::done;
   }
 
   void abort() noexcept override {
-    if (aborted_.exchange(true) || comm_ == nullptr) return;
-    ncclCommAbort(comm_);  // callable from any thread; frees the communicator
+    if (aborted_.exchange(true)) return;
+    std::lock_guard lock(mutex_);
+    if (comm_ != nullptr) ncclCommAbort(comm_);  // frees the communicator
+    comm_ = nullptr;
   }
 
  private:
   static void check_cuda(cudaError_t e, const char* call) {
     if (e != cudaSuccess) throw std::runtime_error(std::string(call) + " failed: " + cuda_text(e));
   }
-
-  // Waits, with a deadline and abortably, until the non-blocking set-up is done.
-  void ready() {
-    if (initialised_) return;
-    const auto deadline = std::chrono::steady_clock::now() + init_deadline;
-    for (;;) {
-      if (aborted_) throw std::runtime_error("NCCL communicator aborted during set-up");
-      ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(comm_, &async);
-      if (async == ncclSuccess) break;
-      if (async != ncclInProgress)
-        throw std::runtime_error(std::string("NCCL communicator set-up failed: ") + ncclGetErrorString(async));
-      if (std::chrono::steady_clock::now() > deadline) {
-        abort();
-        throw std::runtime_error("NCCL communicator set-up did not finish in time");
-      }
-      std::this_thread::yield();
-    }
-    initialised_ = true;
-  }
-
-  void enqueue(ncclResult_t r, const char* call) {
+  static void check_nccl(ncclResult_t r, const char* call) {
     if (r != ncclSuccess && r != ncclInProgress)
       throw std::runtime_error(std::string(call) + " failed: " + ncclGetErrorString(r));
   }
 
-  // Host buffers (the small step header) go through device scratch memory.
+  // A non-blocking communicator may return from a call before the work is on
+  // the stream: wait (with a deadline, abortably) until it is. Also waits for
+  // the communicator's set-up.
+  void settle() {
+    const auto deadline = std::chrono::steady_clock::now() + settle_deadline;
+    for (;;) {
+      if (aborted_ || comm_ == nullptr) throw std::runtime_error("NCCL communicator aborted");
+      ncclResult_t async = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &async);
+      if (async == ncclSuccess) return;
+      if (async != ncclInProgress) throw std::runtime_error(std::string("NCCL: ") + ncclGetErrorString(async));
+      if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error("NCCL call did not settle in time");
+      std::this_thread::yield();
+    }
+  }
+
+  void ready() {
+    if (!initialised_) {
+      settle();
+      initialised_ = true;
+    }
+  }
+
+  // Host buffers (the small step header) go through pinned host memory and
+  // device scratch memory: a copy to pageable memory would block.
   float* stage_in(float* data, std::size_t n) {
     ready();
     cudaPointerAttributes attr{};
-    host_ = cudaPointerGetAttributes(&attr, data) != cudaSuccess || attr.type == cudaMemoryTypeHost ||
-            attr.type == cudaMemoryTypeUnregistered;
+    const bool host = cudaPointerGetAttributes(&attr, data) != cudaSuccess || attr.type == cudaMemoryTypeHost ||
+                      attr.type == cudaMemoryTypeUnregistered;
     cudaGetLastError();
-    if (!host_) return data;
+    staged_ = nullptr;
+    if (!host) return data;
     if (scratch_size_ < n) {
-      if (scratch_ != nullptr) cudaFree(scratch_);
-      check_cuda(cudaMalloc(reinterpret_cast<void**>(&scratch_), n * sizeof(float)), "cudaMalloc");
+      if (device_scratch_ != nullptr) cudaFree(device_scratch_);
+      if (host_scratch_ != nullptr) cudaFreeHost(host_scratch_);
+      check_cuda(cudaMalloc(reinterpret_cast<void**>(&device_scratch_), n * sizeof(float)), "cudaMalloc");
+      check_cuda(cudaMallocHost(reinterpret_cast<void**>(&host_scratch_), n * sizeof(float)), "cudaMallocHost");
       scratch_size_ = n;
     }
-    check_cuda(cudaMemcpyAsync(scratch_, data, n * sizeof(float), cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync");
-    return scratch_;
+    std::memcpy(host_scratch_, data, n * sizeof(float));
+    check_cuda(cudaMemcpyAsync(device_scratch_, host_scratch_, n * sizeof(float), cudaMemcpyHostToDevice, stream_),
+               "cudaMemcpyAsync");
+    staged_ = data;
+    staged_size_ = n;
+    return device_scratch_;
   }
 
-  void stage_out(float* data, std::size_t n) {
-    if (host_)
-      check_cuda(cudaMemcpyAsync(data, scratch_, n * sizeof(float), cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync");
+  void stage_out(std::size_t n) {
+    if (staged_ != nullptr)
+      check_cuda(cudaMemcpyAsync(host_scratch_, device_scratch_, n * sizeof(float), cudaMemcpyDeviceToHost, stream_),
+                 "cudaMemcpyAsync");
     check_cuda(cudaEventRecord(done_, stream_), "cudaEventRecord");
   }
 
-  int device_;
+  std::mutex mutex_;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t done_ = nullptr;
   ncclComm_t comm_ = nullptr;
   std::atomic<bool> aborted_{false};
   bool initialised_ = false;
-  bool host_ = false;
-  float* scratch_ = nullptr;
+  float* staged_ = nullptr;  // the host buffer of the call in flight, if any
+  std::size_t staged_size_ = 0;
+  float* device_scratch_ = nullptr;
+  float* host_scratch_ = nullptr;
   std::size_t scratch_size_ = 0;
 };
 

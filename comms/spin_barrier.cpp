@@ -25,10 +25,9 @@ spin_barrier::spin_barrier(int parties, std::chrono::microseconds spin_time, boo
   for (int r = 0; r < parties; ++r) arrivals_[static_cast<std::size_t>(r)].store(0, std::memory_order_relaxed);
 }
 
-void spin_barrier::missing(std::vector<int>& out) const {
-  const std::uint64_t gen = generation_.load(std::memory_order_acquire);
+void spin_barrier::missing(std::uint64_t gen, int self, std::vector<int>& out) const {
   for (int r = 0; r < parties_; ++r)
-    if (arrivals_[static_cast<std::size_t>(r)].load(std::memory_order_acquire) != gen + 1) out.push_back(r);
+    if (r != self && arrivals_[static_cast<std::size_t>(r)].load(std::memory_order_acquire) != gen + 1) out.push_back(r);
 }
 
 spin_barrier::result spin_barrier::arrive_and_wait(int rank, clock::time_point deadline, late_observer* observer,
@@ -52,8 +51,9 @@ spin_barrier::result spin_barrier::arrive_and_wait(int rank, clock::time_point d
     if (reported || observer == nullptr || clock::now() < late_at) return;
     reported = true;
     std::vector<int> who;
-    missing(who);
-    if (!who.empty()) observer->on_late(who);
+    missing(gen, rank, who);
+    // The barrier may have passed meanwhile: then nobody is late.
+    if (!who.empty() && generation_.load(std::memory_order_acquire) == gen) observer->on_late(who);
   };
   const auto spin_until = clock::now() + spin_time_;
   for (int i = 0;; ++i) {

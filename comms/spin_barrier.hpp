@@ -39,8 +39,8 @@ class spin_barrier {
   bool aborted() const noexcept { return aborted_.load(std::memory_order_acquire); }
 
  private:
-  // Ranks that have not arrived in the current generation.
-  void missing(std::vector<int>& out) const;
+  // Ranks other than `self` that have not arrived in generation `gen`.
+  void missing(std::uint64_t gen, int self, std::vector<int>& out) const;
 
   const int parties_;
   std::unique_ptr<std::atomic<std::uint64_t>[]> arrivals_;  // per rank: the generation it last arrived in, + 1

@@ -26,12 +26,14 @@ cuda_replica::cuda_replica(mlp_spec spec, optimizer_config opt, std::size_t micr
 
       blas_(stream_.get(), options.tf32) {
   device_guard guard(options_.device);
-  state_ = device_buffer<float>(layout_.total_size());
   grads_ = device_buffer<float>(layout_.parameter_size);
-  CUDA_CHECK(cudaMemsetAsync(state_.data(), 0, state_.size() * sizeof(float), stream_.get()));
   CUDA_CHECK(cudaMemsetAsync(grads_.data(), 0, grads_.size() * sizeof(float), stream_.get()));
-  for (std::size_t s = 0; s <= layout_.slots.size(); ++s)
-    sections_.emplace_back(state_.data() + s * layout_.parameter_size, layout_.parameter_size);
+  for (int b = 0; b < 2; ++b) {
+    states_[b] = device_buffer<float>(layout_.total_size());
+    CUDA_CHECK(cudaMemsetAsync(states_[b].data(), 0, states_[b].size() * sizeof(float), stream_.get()));
+    for (std::size_t s = 0; s <= layout_.slots.size(); ++s)
+      sections_[b].emplace_back(states_[b].data() + s * layout_.parameter_size, layout_.parameter_size);
+  }
   std::size_t widest = 0;
   for (std::size_t l = 0; l < spec_.layers(); ++l) {
     const auto out = static_cast<std::size_t>(spec_.sizes[l + 1]);
@@ -89,8 +91,8 @@ const float* cuda_replica::forward(std::size_t n) {
   const float* in = x_.data();
   for (std::size_t l = 0; l < spec_.layers(); ++l) {
     const int fan_in = spec_.sizes[l], fan_out = spec_.sizes[l + 1];
-    const float* w = state_.data() + params_.tensors()[2 * l].offset;  // (out, in)
-    const float* b = state_.data() + params_.tensors()[2 * l + 1].offset;
+    const float* w = state().data() + params_.tensors()[2 * l].offset;  // (out, in)
+    const float* b = state().data() + params_.tensors()[2 * l + 1].offset;
     float* a = outputs_[l].data();
     float* z = inputs_[l].size() == 0 ? a : inputs_[l].data();
     // (n, in) x (in, out) -> (n, out): z = x W^T
@@ -157,7 +159,7 @@ batch_stats cuda_replica::accumulate(const batch_ref& rows) {
     if (l > 0) {
       // (n, out) x (out, in) -> (n, in)
       gemm(blas_, false, false, static_cast<int>(n), fan_in, fan_out, 1.0f, d, fan_out,
-           state_.data() + params_.tensors()[2 * l].offset, fan_in, 0.0f, d_next, fan_in);
+           state().data() + params_.tensors()[2 * l].offset, fan_in, 0.0f, d_next, fan_in);
       std::swap(d, d_next);
     }
   }
@@ -177,22 +179,52 @@ batch_stats cuda_replica::evaluate(const batch_ref& rows) {
 }
 
 void cuda_replica::apply_update(double lr, double total_samples, std::size_t begin, std::size_t end) {
-  if (total_samples <= 0.0 || end <= begin) return;
+  if (end <= begin) return;
   device_guard guard(options_.device);
-  float* slot0 = sections_.size() > 1 ? sections_[1].data() + begin : nullptr;
-  float* slot1 = sections_.size() > 2 ? sections_[2].data() + begin : nullptr;
-  cuda::optimizer_step(opt_, sections_[0].data() + begin, grads_.data() + begin, slot0, slot1, end - begin,
-                       static_cast<float>(1.0 / total_samples), lr, steps_, stream_.get());
+  const auto& from = sections_[current_];
+  const auto& to = sections_[1 - current_];
+  const std::size_t n = end - begin;
+  if (total_samples <= 0.0) {  // no samples anywhere: the state carries over
+    for (std::size_t s = 0; s < from.size(); ++s)
+      CUDA_CHECK(cudaMemcpyAsync(to[s].data() + begin, from[s].data() + begin, n * sizeof(float),
+                                 cudaMemcpyDeviceToDevice, stream_.get()));
+  } else {
+    cuda::optimizer_buffers b{from[0].data() + begin, to[0].data() + begin, grads_.data() + begin};
+    if (from.size() > 1) {
+      b.slot0_in = from[1].data() + begin;
+      b.slot0_out = to[1].data() + begin;
+    }
+    if (from.size() > 2) {
+      b.slot1_in = from[2].data() + begin;
+      b.slot1_out = to[2].data() + begin;
+    }
+    cuda::optimizer_step(opt_, b, n, static_cast<float>(1.0 / total_samples), lr, steps_, stream_.get());
+  }
   sync(stream_.get());  // the all-gather runs on another stream
 }
 
-void cuda_replica::finish_step() { ++steps_; }
+// See Note [Pending state]. The step counter lives on the host; it goes into
+// the state's tail when the state leaves the device.
+void cuda_replica::finish_step() {
+  current_ = 1 - current_;
+  ++steps_;
+}
 
+std::span<float> cuda_replica::state_buffer() {
+  device_guard guard(options_.device);
+  CUDA_CHECK(cudaMemcpyAsync(state().data() + layout_.layout.size(), &steps_, sizeof steps_, cudaMemcpyHostToDevice,
+                             stream_.get()));
+  sync(stream_.get());
+  return state().span();
+}
+
+// A broadcast overwrote the current state, its tail included, where the
+// state source had written its step counter (state_buffer()).
 void cuda_replica::on_state_replaced() {
   device_guard guard(options_.device);
   // The step counter came with the broadcast, in the state's tail.
   std::int64_t steps = 0;
-  CUDA_CHECK(cudaMemcpyAsync(&steps, state_.data() + layout_.layout.size(), sizeof steps, cudaMemcpyDeviceToHost,
+  CUDA_CHECK(cudaMemcpyAsync(&steps, state().data() + layout_.layout.size(), sizeof steps, cudaMemcpyDeviceToHost,
                              stream_.get()));
   sync(stream_.get());
   steps_ = steps;
@@ -200,19 +232,19 @@ void cuda_replica::on_state_replaced() {
 
 std::vector<float> cuda_replica::export_state() const {
   device_guard guard(options_.device);
-  std::vector<float> out(state_.size());
-  CUDA_CHECK(cudaMemcpyAsync(out.data(), state_.data(), out.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_.get()));
+  std::vector<float> out(state().size());
+  CUDA_CHECK(cudaMemcpyAsync(out.data(), state().data(), out.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_.get()));
   sync(stream_.get());
   write_step_counter(out, layout_, steps_);
   return out;
 }
 
 void cuda_replica::import_state(std::span<const float> state) {
-  if (state.size() != state_.size())
+  if (state.size() != this->state().size())
     throw std::invalid_argument("state has " + std::to_string(state.size()) + " floats, the replica " +
-                                std::to_string(state_.size()));
+                                std::to_string(this->state().size()));
   device_guard guard(options_.device);
-  CUDA_CHECK(cudaMemcpyAsync(state_.data(), state.data(), state.size() * sizeof(float), cudaMemcpyHostToDevice,
+  CUDA_CHECK(cudaMemcpyAsync(this->state().data(), state.data(), state.size() * sizeof(float), cudaMemcpyHostToDevice,
                              stream_.get()));
   sync(stream_.get());
   steps_ = read_step_counter(state, layout_);
@@ -220,7 +252,7 @@ void cuda_replica::import_state(std::span<const float> state) {
 
 void cuda_replica::copy_parameters(std::span<float> out) const {
   device_guard guard(options_.device);
-  CUDA_CHECK(cudaMemcpyAsync(out.data(), state_.data(), layout_.parameter_size * sizeof(float), cudaMemcpyDeviceToHost,
+  CUDA_CHECK(cudaMemcpyAsync(out.data(), state().data(), layout_.parameter_size * sizeof(float), cudaMemcpyDeviceToHost,
                              stream_.get()));
   sync(stream_.get());
 }

@@ -36,9 +36,9 @@ class cuda_replica final : public replica {
   std::span<float> gradients() override;
   void apply_update(double lr, double total_samples, std::size_t begin, std::size_t end) override;
   void finish_step() override;
-  std::span<const std::span<float>> state_sections() override { return sections_; }
+  std::span<const std::span<float>> state_sections() override { return sections_[1 - current_]; }
 
-  std::span<float> state_buffer() override { return state_.span(); }
+  std::span<float> state_buffer() override;  // writes the step counter into the tail first
   std::int64_t optimizer_steps() const override { return steps_; }
   void on_state_replaced() override;
   std::vector<float> export_state() const override;
@@ -61,6 +61,7 @@ class cuda_replica final : public replica {
   const float* begin_pass(const batch_ref& rows, std::size_t& n);
   batch_stats read_stats(std::size_t n);
   void sync(cudaStream_t stream) const;
+  const device_buffer<float>& state() const noexcept { return states_[current_]; }
 
   // Makes the replica's device current before the members below allocate.
   struct device_selection {
@@ -76,9 +77,10 @@ class cuda_replica final : public replica {
   cuda_replica_options options_;
   cuda_stream stream_;
   cublas_handle blas_;
-  device_buffer<float> state_;
+  device_buffer<float> states_[2];  // current and pending: See Note [Pending state]
+  int current_ = 0;
   device_buffer<float> grads_;
-  std::vector<std::span<float>> sections_;
+  std::vector<std::span<float>> sections_[2];
   std::vector<device_buffer<float>> outputs_, inputs_;
   device_buffer<float> grad_a_, grad_b_, x_;
   device_buffer<std::int32_t> y_;

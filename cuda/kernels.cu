@@ -100,30 +100,31 @@ __global__ void loss_kernel(loss_kind kind, std::size_t rows, std::size_t classe
   if (best == label) atomicAdd(correct, 1ull);
 }
 
-__global__ void sgd_kernel(float* p, const float* g, float* buf, std::size_t n, float scale, float lr, float momentum,
-                           float keep, float wd, bool nesterov, bool first) {
+__global__ void sgd_kernel(optimizer_buffers b, std::size_t n, float scale, float lr, float momentum, float keep,
+                           float wd, bool nesterov, bool first) {
   const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
-  float d = g[i] * scale + wd * p[i];
-  if (buf != nullptr) {
-    const float b = first ? d : momentum * buf[i] + keep * d;
-    buf[i] = b;
-    d = nesterov ? d + momentum * b : b;
+  const float p = b.params_in[i];
+  float d = b.grads[i] * scale + wd * p;
+  if (b.slot0_out != nullptr) {
+    const float m = first ? d : momentum * b.slot0_in[i] + keep * d;
+    b.slot0_out[i] = m;
+    d = nesterov ? d + momentum * m : m;
   }
-  p[i] -= lr * d;
+  b.params_out[i] = p - lr * d;
 }
 
-__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, std::size_t n, float scale, float decay,
-                             float b1, float b2, float step_size, float sqrt_bc2, float eps) {
+__global__ void adamw_kernel(optimizer_buffers b, std::size_t n, float scale, float decay, float b1, float b2,
+                             float step_size, float sqrt_bc2, float eps) {
   const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
-  const float gi = g[i] * scale;
-  float pi = p[i] * decay;
-  const float mi = b1 * m[i] + (1.0f - b1) * gi;
-  const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-  m[i] = mi;
-  v[i] = vi;
-  p[i] = pi - step_size * mi / (sqrtf(vi) / sqrt_bc2 + eps);
+  const float gi = b.grads[i] * scale;
+  const float pi = b.params_in[i] * decay;
+  const float mi = b1 * b.slot0_in[i] + (1.0f - b1) * gi;
+  const float vi = b2 * b.slot1_in[i] + (1.0f - b2) * gi * gi;
+  b.slot0_out[i] = mi;
+  b.slot1_out[i] = vi;
+  b.params_out[i] = pi - step_size * mi / (sqrtf(vi) / sqrt_bc2 + eps);
 }
 
 }  // namespace
@@ -161,20 +162,21 @@ void loss(loss_kind kind, std::size_t rows, std::size_t classes, const float* ou
   CUDA_CHECK(cudaGetLastError());
 }
 
-void optimizer_step(const optimizer_config& cfg, float* params, const float* grads, float* slot0, float* slot1,
-                    std::size_t n, float grad_scale, double lr, std::int64_t step, cudaStream_t stream) {
+void optimizer_step(const optimizer_config& cfg, const optimizer_buffers& b, std::size_t n, float grad_scale, double lr,
+                    std::int64_t step, cudaStream_t stream) {
   if (n == 0) return;
   if (cfg.kind == optimizer_kind::sgd) {
-    sgd_kernel<<<blocks_for(n), block, 0, stream>>>(params, grads, cfg.momentum != 0.0 ? slot0 : nullptr, n, grad_scale,
-                                                    static_cast<float>(lr), static_cast<float>(cfg.momentum),
+    optimizer_buffers sgd = b;
+    if (cfg.momentum == 0.0) sgd.slot0_out = nullptr;
+    sgd_kernel<<<blocks_for(n), block, 0, stream>>>(sgd, n, grad_scale, static_cast<float>(lr),
+                                                    static_cast<float>(cfg.momentum),
                                                     static_cast<float>(1.0 - cfg.dampening),
                                                     static_cast<float>(cfg.weight_decay), cfg.nesterov, step == 0);
   } else {
     const double t = static_cast<double>(step + 1);
     adamw_kernel<<<blocks_for(n), block, 0, stream>>>(
-        params, grads, slot0, slot1, n, grad_scale, static_cast<float>(1.0 - lr * cfg.weight_decay),
-        static_cast<float>(cfg.beta1), static_cast<float>(cfg.beta2),
-        static_cast<float>(lr / (1.0 - std::pow(cfg.beta1, t))),
+        b, n, grad_scale, static_cast<float>(1.0 - lr * cfg.weight_decay), static_cast<float>(cfg.beta1),
+        static_cast<float>(cfg.beta2), static_cast<float>(lr / (1.0 - std::pow(cfg.beta1, t))),
         static_cast<float>(std::sqrt(1.0 - std::pow(cfg.beta2, t))), static_cast<float>(cfg.eps));
   }
   CUDA_CHECK(cudaGetLastError());

@@ -35,8 +35,18 @@ void loss(loss_kind kind, std::size_t rows, std::size_t classes, const float* ou
           float* grad, double* loss_sum, unsigned long long* correct, cudaStream_t stream);
 
 // One launch per optimizer step over n elements (torch.optim formulas; see
-// tensors/optimizer.hpp). slot0/slot1 may be null when unused.
-void optimizer_step(const optimizer_config& cfg, float* params, const float* grads, float* slot0, float* slot1,
-                    std::size_t n, float grad_scale, double lr, std::int64_t step, cudaStream_t stream);
+// tensors/optimizer.hpp), from (params_in, slots_in) to (params_out,
+// slots_out); in and out may alias. Unused slots may be null.
+struct optimizer_buffers {
+  const float* params_in;
+  float* params_out;
+  const float* grads;
+  const float* slot0_in = nullptr;
+  float* slot0_out = nullptr;
+  const float* slot1_in = nullptr;
+  float* slot1_out = nullptr;
+};
+void optimizer_step(const optimizer_config& cfg, const optimizer_buffers& b, std::size_t n, float grad_scale, double lr,
+                    std::int64_t step, cudaStream_t stream);
 
 }  // namespace dpactor::cuda

@@ -12,12 +12,13 @@ cpu_replica::cpu_replica(mlp_spec spec, optimizer_config opt, std::size_t micro_
     : opt_(opt),
       layout_(make_state_layout(spec, opt)),
       model_(std::move(spec), micro_batch),
-      state_(layout_.total_size()),
+      states_{aligned_buffer<float>(layout_.total_size()), aligned_buffer<float>(layout_.total_size())},
       grads_(layout_.parameter_size),
       x_(micro_batch * static_cast<std::size_t>(model_.spec().inputs())),
       y_(micro_batch) {
-  for (std::size_t s = 0; s <= layout_.slots.size(); ++s)
-    sections_.emplace_back(state_.data() + s * layout_.parameter_size, layout_.parameter_size);
+  for (int b = 0; b < 2; ++b)
+    for (std::size_t s = 0; s <= layout_.slots.size(); ++s)
+      sections_[b].emplace_back(states_[b].data() + s * layout_.parameter_size, layout_.parameter_size);
 }
 
 // Zeroing is deferred: the step's first micro-batch writes the gradients
@@ -51,7 +52,7 @@ std::size_t cpu_replica::gather(const batch_ref& rows) {
 batch_stats cpu_replica::accumulate(const batch_ref& rows) {
   const std::size_t n = gather(rows);
   if (n == 0) return {};
-  const batch_stats stats = model_.forward_backward(state_.data(), grads_.data(), x_.data(), y_.data(), n, !grads_written_);
+  const batch_stats stats = model_.forward_backward(state().data(), grads_.data(), x_.data(), y_.data(), n, !grads_written_);
   grads_written_ = true;
   samples_ += static_cast<double>(n);
   return stats;
@@ -59,37 +60,54 @@ batch_stats cpu_replica::accumulate(const batch_ref& rows) {
 
 batch_stats cpu_replica::evaluate(const batch_ref& rows) {
   const std::size_t n = gather(rows);
-  return model_.evaluate(state_.data(), x_.data(), y_.data(), n);
+  return model_.evaluate(state().data(), x_.data(), y_.data(), n);
 }
 
 void cpu_replica::apply_update(double lr, double total_samples, std::size_t begin, std::size_t end) {
-  if (total_samples <= 0.0 || end <= begin) return;
-  std::array<std::span<float>, 2> slots;  // at most two slots (AdamW)
-  const std::size_t n_slots = sections_.size() - 1;
-  for (std::size_t s = 0; s < n_slots; ++s) slots[s] = sections_[s + 1].subspan(begin, end - begin);
-  optimizer_step(opt_, sections_[0].subspan(begin, end - begin), gradients().subspan(begin, end - begin),
-                 std::span<const std::span<float>>(slots.data(), n_slots), static_cast<float>(1.0 / total_samples), lr,
+  if (end <= begin) return;
+  const auto& from = sections_[current_];
+  const auto& to = sections_[1 - current_];
+  const std::size_t n = end - begin;
+  if (total_samples <= 0.0) {  // no samples anywhere: the state carries over
+    for (std::size_t s = 0; s < from.size(); ++s) std::copy_n(from[s].data() + begin, n, to[s].data() + begin);
+    return;
+  }
+  std::array<std::span<const float>, 2> slots_in;  // at most two slots (AdamW)
+  std::array<std::span<float>, 2> slots_out;
+  const std::size_t n_slots = from.size() - 1;
+  for (std::size_t s = 0; s < n_slots; ++s) {
+    slots_in[s] = from[s + 1].subspan(begin, n);
+    slots_out[s] = to[s + 1].subspan(begin, n);
+  }
+  optimizer_step(opt_, from[0].subspan(begin, n), to[0].subspan(begin, n), gradients().subspan(begin, n),
+                 std::span<const std::span<const float>>(slots_in.data(), n_slots),
+                 std::span<const std::span<float>>(slots_out.data(), n_slots), static_cast<float>(1.0 / total_samples), lr,
                  optimizer_steps());
 }
 
-void cpu_replica::finish_step() { write_step_counter(state_.span(), layout_, optimizer_steps() + 1); }
+// See Note [Pending state].
+void cpu_replica::finish_step() {
+  const std::int64_t steps = optimizer_steps();
+  current_ = 1 - current_;
+  write_step_counter(state().span(), layout_, steps + 1);
+}
 
-std::vector<float> cpu_replica::export_state() const { return {state_.data(), state_.data() + state_.size()}; }
+std::vector<float> cpu_replica::export_state() const { return {state().data(), state().data() + state().size()}; }
 
 void cpu_replica::import_state(std::span<const float> state) {
-  if (state.size() != state_.size())
+  if (state.size() != this->state().size())
     throw std::invalid_argument("state has " + std::to_string(state.size()) + " floats, the replica " +
-                                std::to_string(state_.size()));
-  std::copy(state.begin(), state.end(), state_.data());
+                                std::to_string(this->state().size()));
+  std::copy(state.begin(), state.end(), this->state().data());
 }
 
 void cpu_replica::copy_parameters(std::span<float> out) const {
   assert(out.size() >= layout_.parameter_size);
-  std::copy_n(state_.data(), layout_.parameter_size, out.data());
+  std::copy_n(state().data(), layout_.parameter_size, out.data());
 }
 
 std::uint64_t cpu_replica::parameter_checksum() const {
-  return checksum_floats(state_.span().first(layout_.parameter_size));
+  return checksum_floats(state().span().first(layout_.parameter_size));
 }
 
 }  // namespace dpactor

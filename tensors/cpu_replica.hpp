@@ -23,10 +23,10 @@ class cpu_replica final : public replica {
   std::span<float> gradients() override;
   void apply_update(double lr, double total_samples, std::size_t begin, std::size_t end) override;
   void finish_step() override;
-  std::span<const std::span<float>> state_sections() override { return sections_; }
+  std::span<const std::span<float>> state_sections() override { return sections_[1 - current_]; }
 
-  std::span<float> state_buffer() override { return state_.span(); }
-  std::int64_t optimizer_steps() const override { return read_step_counter(state_.span(), layout_); }
+  std::span<float> state_buffer() override { return state().span(); }
+  std::int64_t optimizer_steps() const override { return read_step_counter(state().span(), layout_); }
   std::vector<float> export_state() const override;
   void import_state(std::span<const float> state) override;
   void copy_parameters(std::span<float> out) const override;
@@ -35,17 +35,20 @@ class cpu_replica final : public replica {
  private:
   // Copies the rows into x_ and y_; returns the row count.
   std::size_t gather(const batch_ref& rows);
+  aligned_buffer<float>& state() noexcept { return states_[current_]; }
+  const aligned_buffer<float>& state() const noexcept { return states_[current_]; }
 
   optimizer_config opt_;
   state_layout layout_;
   mlp model_;
-  aligned_buffer<float> state_;  // See Note [Replica state buffer]
+  aligned_buffer<float> states_[2];  // current and pending; See Note [Pending state]
+  int current_ = 0;
   aligned_buffer<float> grads_;  // gradient sums (parameter layout)
   bool grads_written_ = true;    // false after zero_grad() until the first accumulate() writes them
   double samples_ = 0.0;
   aligned_buffer<float> x_;      // (micro_batch, inputs)
   aligned_buffer<std::int32_t> y_;
-  std::vector<std::span<float>> sections_;  // parameters, then each slot
+  std::vector<std::span<float>> sections_[2];  // per state buffer: parameters, then each slot
 };
 
 }  // namespace dpactor

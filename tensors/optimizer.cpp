@@ -2,6 +2,7 @@
 
 #include "tensors/simd.hpp"
 
+#include <array>
 #include <cassert>
 #include <cmath>
 
@@ -13,31 +14,29 @@ namespace {
 //   buf = g on the first step, else momentum * buf + (1 - dampening) * g
 //   g = g + momentum * buf (nesterov) or buf
 //   p = p - lr * g
-DPACTOR_MULTIVERSION void sgd_step(const optimizer_config& cfg, std::span<float> p, std::span<const float> grads,
-              std::span<const std::span<float>> slots, float scale, double lr, std::int64_t step) noexcept {
+DPACTOR_MULTIVERSION void sgd_step(const optimizer_config& cfg, const float* p_in, float* p_out, const float* gp,
+                                   const float* buf_in, float* buf_out, std::size_t n, float scale, double lr,
+                                   std::int64_t step) noexcept {
   const float wd = static_cast<float>(cfg.weight_decay);
   const float lr_f = static_cast<float>(lr);
-  const std::size_t n = p.size();
-  float* pp = p.data();
-  const float* gp = grads.data();
   if (cfg.momentum == 0.0) {
     for (std::size_t i = 0; i < n; ++i) {
-      const float g = gp[i] * scale + wd * pp[i];
-      pp[i] -= lr_f * g;
+      const float p = p_in[i];
+      const float g = gp[i] * scale + wd * p;
+      p_out[i] = p - lr_f * g;
     }
     return;
   }
-  assert(slots.size() == 1);
-  float* buf = slots[0].data();
   const float mom = static_cast<float>(cfg.momentum);
   const float keep = static_cast<float>(1.0 - cfg.dampening);
   const bool first = step == 0;
   for (std::size_t i = 0; i < n; ++i) {
-    const float g = gp[i] * scale + wd * pp[i];
-    const float b = first ? g : mom * buf[i] + keep * g;
-    buf[i] = b;
+    const float p = p_in[i];
+    const float g = gp[i] * scale + wd * p;
+    const float b = first ? g : mom * buf_in[i] + keep * g;
+    buf_out[i] = b;
     const float d = cfg.nesterov ? g + mom * b : b;
-    pp[i] -= lr_f * d;
+    p_out[i] = p - lr_f * d;
   }
 }
 
@@ -45,9 +44,9 @@ DPACTOR_MULTIVERSION void sgd_step(const optimizer_config& cfg, std::span<float>
 //   p = p * (1 - lr * wd)
 //   m = beta1 * m + (1 - beta1) * g;  v = beta2 * v + (1 - beta2) * g^2
 //   p = p - (lr / (1 - beta1^t)) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
-DPACTOR_MULTIVERSION void adamw_step(const optimizer_config& cfg, std::span<float> p, std::span<const float> grads,
-                std::span<const std::span<float>> slots, float scale, double lr, std::int64_t step) noexcept {
-  assert(slots.size() == 2);
+DPACTOR_MULTIVERSION void adamw_step(const optimizer_config& cfg, const float* p_in, float* p_out, const float* gp,
+                                     const float* m_in, float* m_out, const float* v_in, float* v_out, std::size_t n,
+                                     float scale, double lr, std::int64_t step) noexcept {
   const double t = static_cast<double>(step + 1);
   const float decay = static_cast<float>(1.0 - lr * cfg.weight_decay);
   const float b1 = static_cast<float>(cfg.beta1), b2 = static_cast<float>(cfg.beta2);
@@ -55,16 +54,14 @@ DPACTOR_MULTIVERSION void adamw_step(const optimizer_config& cfg, std::span<floa
   const float step_size = static_cast<float>(lr / (1.0 - std::pow(cfg.beta1, t)));
   const float sqrt_bc2 = static_cast<float>(std::sqrt(1.0 - std::pow(cfg.beta2, t)));
   const float eps = static_cast<float>(cfg.eps);
-  float* m = slots[0].data();
-  float* v = slots[1].data();
-  float* pp = p.data();
-  const float* gp = grads.data();
-  for (std::size_t i = 0, n = p.size(); i < n; ++i) {
+  for (std::size_t i = 0; i < n; ++i) {
     const float g = gp[i] * scale;
-    pp[i] *= decay;
-    m[i] = b1 * m[i] + one_minus_b1 * g;
-    v[i] = b2 * v[i] + one_minus_b2 * g * g;
-    pp[i] -= step_size * m[i] / (std::sqrt(v[i]) / sqrt_bc2 + eps);
+    const float p = p_in[i] * decay;
+    const float m = b1 * m_in[i] + one_minus_b1 * g;
+    const float v = b2 * v_in[i] + one_minus_b2 * g * g;
+    m_out[i] = m;
+    v_out[i] = v;
+    p_out[i] = p - step_size * m / (std::sqrt(v) / sqrt_bc2 + eps);
   }
 }
 
@@ -86,13 +83,29 @@ std::vector<std::string> optimizer_slot_names(const optimizer_config& cfg) {
   return {};
 }
 
+void optimizer_step(const optimizer_config& cfg, std::span<const float> params_in, std::span<float> params_out,
+                    std::span<const float> grads, std::span<const std::span<const float>> slots_in,
+                    std::span<const std::span<float>> slots_out, float grad_scale, double lr, std::int64_t step) noexcept {
+  const std::size_t n = params_out.size();
+  assert(params_in.size() == n && grads.size() >= n && slots_in.size() == slots_out.size());
+  if (cfg.kind == optimizer_kind::sgd) {
+    const bool momentum = cfg.momentum != 0.0;
+    assert(slots_out.size() == (momentum ? 1u : 0u));
+    sgd_step(cfg, params_in.data(), params_out.data(), grads.data(), momentum ? slots_in[0].data() : nullptr,
+             momentum ? slots_out[0].data() : nullptr, n, grad_scale, lr, step);
+  } else {
+    assert(slots_out.size() == 2);
+    adamw_step(cfg, params_in.data(), params_out.data(), grads.data(), slots_in[0].data(), slots_out[0].data(),
+               slots_in[1].data(), slots_out[1].data(), n, grad_scale, lr, step);
+  }
+}
+
 void optimizer_step(const optimizer_config& cfg, std::span<float> params, std::span<const float> grads,
                     std::span<const std::span<float>> slots, float grad_scale, double lr, std::int64_t step) noexcept {
-  assert(grads.size() >= params.size());
-  if (cfg.kind == optimizer_kind::sgd)
-    sgd_step(cfg, params, grads, slots, grad_scale, lr, step);
-  else
-    adamw_step(cfg, params, grads, slots, grad_scale, lr, step);
+  std::array<std::span<const float>, 2> in;
+  for (std::size_t s = 0; s < slots.size() && s < in.size(); ++s) in[s] = slots[s];
+  optimizer_step(cfg, params, params, grads, std::span<const std::span<const float>>(in.data(), slots.size()), slots,
+                 grad_scale, lr, step);
 }
 
 }  // namespace dpactor

@@ -41,4 +41,10 @@ std::vector<std::string> optimizer_slot_names(const optimizer_config& cfg);
 void optimizer_step(const optimizer_config& cfg, std::span<float> params, std::span<const float> grads,
                     std::span<const std::span<float>> slots, float grad_scale, double lr, std::int64_t step) noexcept;
 
+// The same step out of place: reads params_in and slots_in, writes params_out
+// and slots_out (each pair may alias; element i is read before it is written).
+void optimizer_step(const optimizer_config& cfg, std::span<const float> params_in, std::span<float> params_out,
+                    std::span<const float> grads, std::span<const std::span<const float>> slots_in,
+                    std::span<const std::span<float>> slots_out, float grad_scale, double lr, std::int64_t step) noexcept;
+
 }  // namespace dpactor

@@ -11,6 +11,15 @@
 // call, and checkpoints are cut out of it by tensor name.
 //
 // Note [Sharded optimizer step]
+// Note [Pending state]
+// A step writes the new state into a second buffer and swaps it in only once
+// every part has arrived. A collective aborted half-way (a member failed
+// between the reduce-scatter and the end of the all-gather) then leaves each
+// replica's current state exactly as it was after the previous step, never a
+// mix of parts from two steps, so any survivor can be the next state source.
+// The optimizer reads the current and writes the pending state: no extra
+// pass over memory.
+//
 // The optimizer is element-wise, so the members split its work: the gradients
 // are reduce-scattered (each member sums the part it owns, in rank order),
 // each member updates its part of the parameters and of every optimizer slot,
@@ -81,15 +90,17 @@ class replica {
   // The gradient sums, laid out like the parameters (layout().parameter_size
   // floats): what the collective reduces.
   virtual std::span<float> gradients() = 0;
-  // The optimizer step for elements [begin, end) of the parameter section and
-  // of each slot section, with the reduced gradients divided by
-  // `total_samples` (See Note [Sharded optimizer step]).
+  // Writes the optimizer step for elements [begin, end) of the parameter
+  // section and of each slot section into the *pending* state, from the
+  // current state and the reduced gradients divided by `total_samples` (See
+  // Note [Sharded optimizer step] and Note [Pending state]).
   virtual void apply_update(double lr, double total_samples, std::size_t begin, std::size_t end) = 0;
-  // Counts one optimizer step; call once per step after every part is updated.
-  virtual void finish_step() = 0;
-  // The parameter section, then each slot section: what the owners of the
-  // updated parts gather to everyone.
+  // The pending state's parameter section, then each slot section: what the
+  // owners of the updated parts gather to everyone.
   virtual std::span<const std::span<float>> state_sections() = 0;
+  // Makes the pending state current, one optimizer step further; call once
+  // per step after the gather completed.
+  virtual void finish_step() = 0;
 
   // See Note [Replica state buffer]. For the CPU replica the span is host
   // memory; for a GPU replica it is device memory.

@@ -152,7 +152,8 @@ TEST(Gpu, OptimizerKernelsMatchTheCpu) {
       if (kind == optimizer_kind::adamw) slots.push_back(s1);
       optimizer_step(cfg, p, g, slots, 0.5f, 0.01, step);
       auto dg = upload(g);
-      cuda::optimizer_step(cfg, dp.data(), dg.data(), ds0.data(), ds1.data(), n, 0.5f, 0.01, step, nullptr);
+      cuda::optimizer_buffers b{dp.data(), dp.data(), dg.data(), ds0.data(), ds0.data(), ds1.data(), ds1.data()};
+      cuda::optimizer_step(cfg, b, n, 0.5f, 0.01, step, nullptr);
     }
     CUDA_CHECK(cudaDeviceSynchronize());
     EXPECT_LE(relative_error(download(dp), p), 1e-5) << optimizer_name(kind);

@@ -1,0 +1,64 @@
+// Note [Pending state]: a step whose collective is aborted half-way leaves
+// the replica's current state exactly as it was after the previous step.
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "actors/step_runner.hpp"
+#include "comms/local.hpp"
+#include "data/synthetic.hpp"
+#include "tensors/cpu_replica.hpp"
+#include "tensors/gemm.hpp"
+
+namespace dpactor {
+namespace {
+
+TEST(PendingState, AnAbortBetweenUpdateAndGatherLeavesTheStateUntouched) {
+  set_blas_threads(1);
+  const mlp_spec spec{{16, 12, 4}, activation::relu, loss_kind::cross_entropy};
+  synthetic_options o;
+  o.rows = 256;
+  o.features = 16;
+  o.classes = 4;
+  const dataset data = make_synthetic(o);
+  auto group = make_local_group(2);
+  lr_schedule schedule;
+  std::vector<float> before, after;
+  std::atomic<bool> rank1_done{false};
+  std::thread rank1([&] {
+    // Takes part in the step up to the update, then stops: it never gathers.
+    cpu_replica model(spec, optimizer_config{}, 32);
+    auto comm = group->endpoint(1);
+    std::vector<float> header(3 + 3 * 2, 0.0f);
+    comm->all_reduce_sum(header, {});
+    model.zero_grad();
+    comm->reduce_scatter_sum(model.gradients(), {});
+    rank1_done = true;
+  });
+  cpu_replica model(spec, optimizer_config{}, 32);
+  std::vector<float> init(model.layout().total_size(), 0.0f);
+  init_mlp_parameters(spec, std::span<float>(init).first(model.layout().parameter_size), 5);
+  model.import_state(init);
+  before = model.export_state();
+  step_runner runner(0, {}, 1, 1.5, 0.0005);
+  device_control control;
+  auto comm = group->endpoint(0);
+  std::vector<std::uint32_t> rows(32);
+  for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<std::uint32_t>(i * 3);
+  const auto c = runner.compute(step_shard{0, 0, rows}, model, data, control, *group);
+  std::thread aborter([&] {
+    while (!rank1_done) std::this_thread::yield();
+    group->abort();  // rank 0 is in (or about to enter) the all-gather
+  });
+  EXPECT_THROW(runner.synchronize(c, 0, model, *comm, {}, nullptr, schedule), collective_error);
+  aborter.join();
+  rank1.join();
+  after = model.export_state();
+  EXPECT_EQ(after, before) << "the half-done step must not show in the current state";
+  EXPECT_EQ(model.optimizer_steps(), 0);
+}
+
+}  // namespace
+}  // namespace dpactor

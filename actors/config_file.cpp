@@ -304,6 +304,19 @@ const std::vector<key_spec>& schema() {
                "(0 = max(1 s, 20 x the median step time)).");
     b.floating("collective_timeout_s", [](job_config& c) -> double& { return c.cluster.collective_timeout_s; }, 0.0,
                true, "Timeout of one collective call, in seconds: a backstop for a member that never arrives.");
+    b.floating("bucket_cap_mb", [](job_config& c) -> double& { return c.cluster.bucket_cap_mb; }, 0.0, true,
+               "GPUs: gradient bucket size in MiB; buckets are reduced while backward still runs (DDP's "
+               "bucket_cap_mb).");
+    b.floating("first_bucket_mb", [](job_config& c) -> double& { return c.cluster.first_bucket_mb; }, 0.0, true,
+               "GPUs: size of the first gradient bucket (the last layers) in MiB, small so that communication "
+               "starts early.");
+    b.choice<gpu_data_placement>(
+        "gpu_data", [](job_config& c) -> gpu_data_placement& { return c.cluster.gpu_data; },
+        {{"auto", gpu_data_placement::automatic}, {"resident", gpu_data_placement::resident},
+         {"streamed", gpu_data_placement::streamed}},
+        "GPUs: resident copies the dataset to the device once and gathers batches there; streamed gathers "
+        "them in pinned host memory and copies them on a copy stream that overlaps compute; auto is resident "
+        "when the dataset takes at most half of the free device memory.");
 
     b.section = "straggler";
     b.choice<straggler_policy>("policy", [](job_config& c) -> straggler_policy& { return c.straggler.policy; },

@@ -27,7 +27,8 @@ void report_failure(device_ptr self, std::int64_t step, const std::string& what)
 void run_step(device_ptr self, const step_shard& shard) {
   auto& st = self->state;
   replica& model = *st.setup->model;
-  const step_runner::computed c = st.runner->compute(shard, model, *st.setup->train, *st.setup->control, *st.group);
+  const step_runner::computed c =
+      st.runner->compute(shard, model, *st.setup->train, *st.setup->control, *st.group, st.comm.get());
   const std::size_t returned = shard.indices.size() - c.done;
   if (returned > 0)
     self->send(st.reducer, shard_cut_msg{st.generation, shard.step, st.rank, c.stats.samples,
@@ -70,7 +71,7 @@ caf::behavior device_actor(caf::stateful_actor<device_state>* self, std::shared_
   self->state.setup = std::move(setup);
   self->state.late.self = self;
   const auto& s = *self->state.setup;
-  self->state.runner.emplace(s.id, s.faults, s.fault_seed, s.late_factor, s.late_floor_s);
+  self->state.runner.emplace(s.id, s.faults, s.fault_seed, s.late_factor, s.late_floor_s, s.buckets);
   self->state.last_step = self->state.setup->model->optimizer_steps() - 1;
   return {
       [self](begin_generation_msg& msg) {
@@ -120,8 +121,14 @@ caf::behavior device_actor(caf::stateful_actor<device_state>* self, std::shared_
           batch_stats stats;
           const std::size_t micro = model.max_rows();
           const std::span<const std::uint32_t> rows(st.eval_rows);
-          for (std::size_t b = 0; b < rows.size(); b += micro)
-            stats += model.evaluate(st.setup->test->batch(rows.subspan(b, std::min(micro, rows.size() - b))));
+          const auto slice_at = [&](std::size_t at) {
+            return st.setup->test->batch(rows.subspan(at, std::min(micro, rows.size() - at)));
+          };
+          if (!rows.empty()) model.prefetch(slice_at(0));
+          for (std::size_t b = 0; b < rows.size(); b += micro) {
+            if (b + micro < rows.size()) model.prefetch(slice_at(b + micro));
+            stats += model.evaluate(slice_at(b));
+          }
           self->send(st.reducer, evaluated_msg{st.generation, msg.epoch, msg.step, msg.epoch_end, st.rank,
                                                stats.loss_sum, stats.correct, stats.samples});
         } catch (const std::exception& e) {

@@ -58,6 +58,7 @@ struct device_setup {
   std::shared_ptr<device_control> control;
   std::vector<fault_spec> faults;  // this device's injected faults
   std::uint64_t fault_seed = 1;
+  bucket_limits buckets;  // on backends that overlap (See Note [Gradient buckets])
 };
 
 // Tells the reducer who is late in the current step's collective.

@@ -58,6 +58,11 @@ std::unique_ptr<replica> make_replica(const job_config& config, const optimizer_
   cuda_replica_options options;
   options.device = config.cluster.gpus.at(static_cast<std::size_t>(id));
   options.tf32 = config.precision.matmul == matmul_precision::tf32;
+  switch (config.cluster.gpu_data) {
+    case gpu_data_placement::automatic: options.data = cuda_data_placement::automatic; break;
+    case gpu_data_placement::resident: options.data = cuda_data_placement::resident; break;
+    case gpu_data_placement::streamed: options.data = cuda_data_placement::streamed; break;
+  }
   return std::make_unique<cuda_replica>(config.model, opt, micro_batch, options);
 #else
   (void)id;
@@ -262,6 +267,8 @@ void Engine::start() {
     for (const auto& f : faults)
       if (is_device_fault(f) && f.device == id) setup->faults.push_back(f);
     setup->fault_seed = static_cast<std::uint64_t>(config.faults.seed);
+    setup->buckets.cap_bytes = std::max<std::size_t>(1, static_cast<std::size_t>(config.cluster.bucket_cap_mb * (1 << 20)));
+    setup->buckets.first_bytes = std::max<std::size_t>(1, static_cast<std::size_t>(config.cluster.first_bucket_mb * (1 << 20)));
     member_handle h;
     h.id = id;
     h.name = setup->name;
@@ -293,7 +300,12 @@ void Engine::start() {
   rs.control = m.control;
   rs.devices = devices;
   rs.spawn_device = spawn_device;
-  rs.make_group = [config](const std::vector<int>& ids) { return make_group(config, ids); };
+  if (m.options.collective_backend)
+    rs.make_group = [backend = m.options.collective_backend](const std::vector<int>& ids) {
+      return backend(static_cast<int>(ids.size()));
+    };
+  else
+    rs.make_group = [config](const std::vector<int>& ids) { return make_group(config, ids); };
   rs.loader = loader;
   rs.writer = writer;
   rs.schedule = schedule;

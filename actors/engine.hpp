@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -21,6 +22,7 @@
 #include "actors/events.hpp"
 #include "actors/job_config.hpp"
 #include "actors/run_control.hpp"
+#include "comms/collective.hpp"
 #include "tensors/error.hpp"
 #include "tensors/flat_buffer.hpp"
 
@@ -29,6 +31,9 @@ namespace dpactor {
 struct run_options {
   std::string resume_from;  // checkpoint directory, or a root holding `latest`
   std::string init_from;    // model.safetensors to start from (optimizer fresh)
+  // A custom collective backend: the group of each generation, given its
+  // member count. Empty: NCCL on GPUs, the in-process `local` backend on CPUs.
+  std::function<std::shared_ptr<collective_group>(int members)> collective_backend;
 };
 
 // Parameters of the model at one step boundary, laid out as in a

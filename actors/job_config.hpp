@@ -40,6 +40,10 @@ struct schedule_config {
   std::int64_t total_steps = 0;  // cosine; 0 = the run's total steps
 };
 
+// Where a GPU replica keeps the training data: on the device when it fits
+// (resident), or in host memory, copied per micro-batch (streamed).
+enum class gpu_data_placement { automatic, resident, streamed };
+
 struct cluster_config {
   std::vector<int> gpus;         // CUDA devices, one replica each; empty = CPU replicas
   std::int64_t cpus = 0;         // CPU replicas; 0 = number of cores
@@ -47,6 +51,9 @@ struct cluster_config {
   std::int64_t min_devices = 1;
   double hang_timeout_s = 0.0;   // 0 = max(1 s, 20 x median step time)
   double collective_timeout_s = 600.0;
+  double bucket_cap_mb = 25.0;    // gradient buckets on GPUs (See Note [Gradient buckets])
+  double first_bucket_mb = 1.0;
+  gpu_data_placement gpu_data = gpu_data_placement::automatic;
 };
 
 enum class straggler_policy { none, balance, cut, balance_cut };

@@ -148,6 +148,7 @@ struct reducer_state {
   struct late_report {
     std::int64_t step = -1;
     std::vector<std::int32_t> missing;
+    std::vector<std::int32_t> waiting;  // the members that reported
   };
   late_report late;
   clock::time_point last_progress;  // last commit or evaluation result

@@ -345,7 +345,7 @@ void check_hangs(reducer_ptr self) {
   std::snprintf(text, sizeof text, "hung: no progress for %.2f s (hang timeout %.2f s)", stalled, timeout);
   // The members the others waited for in the stalled step are the suspects;
   // without them, the abort and the survivors' answers tell.
-  if (st.late.step == st.committed + 1 && !st.late.missing.empty()) {
+  if (st.late.step > st.committed && !st.late.missing.empty()) {
     const auto suspects = st.late.missing;
     for (const auto rank : suspects)
       if (static_cast<std::size_t>(rank) < st.members.size()) handle_fault(self, static_cast<std::size_t>(rank), text);
@@ -360,11 +360,21 @@ void check_hangs(reducer_ptr self) {
 void on_late(reducer_ptr self, const late_msg& msg) {
   auto& st = self->state;
   if (msg.step <= st.committed) return;
-  if (st.late.step != msg.step) st.late = {msg.step, msg.missing};
+  if (st.late.step != msg.step) st.late = {msg.step, msg.missing, {}};
+  st.late.waiting.push_back(msg.rank);
+  if (msg.missing.empty()) {
+    // The backend cannot tell who is missing (NCCL): the members that have not
+    // said they are waiting. One still waiting short of its own deadline may
+    // be counted too; cutting a member that has finished computing is a no-op.
+    st.late.missing.clear();
+    for (std::size_t r = 0; r < st.members.size(); ++r)
+      if (std::find(st.late.waiting.begin(), st.late.waiting.end(), static_cast<std::int32_t>(r)) == st.late.waiting.end())
+        st.late.missing.push_back(static_cast<std::int32_t>(r));
+  }
   const auto policy = st.setup.straggler.policy;
   if (policy != straggler_policy::cut && policy != straggler_policy::balance_cut) return;
   // See Note [Cutting a step short].
-  for (const auto rank : msg.missing)
+  for (const auto rank : msg.missing.empty() ? st.late.missing : msg.missing)
     if (static_cast<std::size_t>(rank) < st.members.size())
       st.members[static_cast<std::size_t>(rank)].handle.control->cut_step.store(msg.step, std::memory_order_release);
 }

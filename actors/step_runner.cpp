@@ -41,12 +41,39 @@ void injected_delay(const device_control& control, std::int64_t step, double sec
 }  // namespace
 
 step_runner::step_runner(int device_id, std::vector<fault_spec> faults, std::uint64_t fault_seed, double late_factor,
-                         double late_floor_s)
+                         double late_floor_s, bucket_limits buckets)
     : device_id_(device_id),
       faults_(std::move(faults)),
       fault_seed_(fault_seed),
       late_factor_(late_factor),
-      late_floor_s_(late_floor_s) {}
+      late_floor_s_(late_floor_s),
+      bucket_limits_(buckets) {}
+
+std::span<const gradient_bucket> step_runner::buckets(const replica& model) {
+  if (buckets_.empty()) {
+    const state_layout& l = model.layout();
+    buckets_ = plan_gradient_buckets(l.layout, l.parameter_tensors, l.parameter_size, bucket_limits_);
+  }
+  return buckets_;
+}
+
+void step_runner::bucket_starter::begin_step(std::span<const gradient_bucket> buckets, collective* comm, void* stream) {
+  buckets_ = buckets;
+  comm_ = comm;
+  stream_ = stream;
+  next_ = 0;
+  during_backward_ = 0;
+}
+
+void step_runner::bucket_starter::on_gradients_ready(std::span<float> gradients, std::size_t tensor) {
+  for (; next_ < buckets_.size() && buckets_[next_].lowest_tensor >= tensor; ++next_, ++during_backward_)
+    comm_->start_reduce_scatter(gradients.subspan(buckets_[next_].begin, buckets_[next_].size()), stream_);
+}
+
+void step_runner::bucket_starter::finish(std::span<float> gradients) {
+  for (; next_ < buckets_.size(); ++next_)
+    comm_->start_reduce_scatter(gradients.subspan(buckets_[next_].begin, buckets_[next_].size()), stream_);
+}
 
 const fault_spec* step_runner::find_fault(fault_kind kind, std::int64_t step) const {
   for (const auto& f : faults_)
@@ -56,10 +83,16 @@ const fault_spec* step_runner::find_fault(fault_kind kind, std::int64_t step) co
 }
 
 step_runner::computed step_runner::compute(const step_shard& shard, replica& model, const dataset& train,
-                                           const device_control& control, const collective_group& group) {
+                                           const device_control& control, const collective_group& group,
+                                           collective* comm) {
   computed c;
   c.start = clock_type::now();
   model.zero_grad();
+  const bool overlap = comm != nullptr && comm->overlaps_compute();
+  if (overlap) {
+    starter_.begin_step(buckets(model), comm, model.native_stream());
+    c.overlapped = comm;
+  }
   const std::int64_t step_number = shard.step + 1;  // faults count steps from 1
   if (!faults_.empty()) {
     if (const fault_spec* f = find_fault(fault_kind::jitter, step_number)) {
@@ -77,10 +110,14 @@ step_runner::computed step_runner::compute(const step_shard& shard, replica& mod
   const fault_spec* slow = faults_.empty() ? nullptr : find_fault(fault_kind::slow, step_number);
   const std::size_t micro = model.max_rows();
   const std::span<const std::uint32_t> rows(shard.indices);
+  const auto slice_at = [&](std::size_t at) { return rows.subspan(at, std::min(micro, rows.size() - at)); };
+  if (!rows.empty()) model.prefetch(train.batch(slice_at(0)));
   while (c.done < rows.size() && !cut_requested(control, shard.step)) {
-    const auto slice = rows.subspan(c.done, std::min(micro, rows.size() - c.done));
+    const auto slice = slice_at(c.done);
     const auto start = clock_type::now();
-    c.stats += model.accumulate(train.batch(slice));
+    const bool last = c.done + slice.size() == rows.size();
+    if (!last) model.prefetch(train.batch(slice_at(c.done + slice.size())));  // See Note [Data on the GPU]
+    c.stats += model.accumulate(train.batch(slice), overlap && last ? &starter_ : nullptr);
     c.done += slice.size();
     if (slow != nullptr) injected_delay(control, shard.step, (slow->factor - 1.0) * seconds_since(start));
   }
@@ -88,9 +125,8 @@ step_runner::computed step_runner::compute(const step_shard& shard, replica& mod
   return c;
 }
 
-std::span<const float> step_runner::synchronize(const computed& c, std::size_t returned, replica& model,
-                                                collective& comm, const collective_options& options,
-                                                late_observer* observer, const lr_schedule& schedule) {
+std::span<const float> step_runner::reduce_header(const computed& c, std::size_t returned, collective& comm,
+                                                  const collective_options& options, late_observer* observer) {
   const auto members = static_cast<std::size_t>(comm.size());
   const auto rank = static_cast<std::size_t>(comm.rank());
   header_.assign(h_members + 3 * members, 0.0f);
@@ -106,16 +142,42 @@ std::span<const float> step_runner::synchronize(const computed& c, std::size_t r
   const double allowed = std::max(late_floor_s_, late_factor_ * compute_times_.median());
   header_options.late_at = c.start + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(allowed));
   comm.all_reduce_sum(header_, header_options);
-  // See Note [Sharded optimizer step].
-  const std::span<float> grads = model.gradients();
-  comm.reduce_scatter_sum(grads, options);
-  const auto [begin, end] = comm.chunk(grads.size(), comm.rank());
-  model.apply_update(schedule.at(model.optimizer_steps()), header_[h_samples], begin, end);
-  comm.all_gather(model.state_sections(), options);
-  model.finish_step();
   for (std::size_t r = 0; r < members; ++r)
     if (header_[h_members + 2 * members + r] == 0.0f && header_[h_members + members + r] > 0.0f)
       compute_times_.push(header_[h_members + r]);
+  return header_;
+}
+
+std::span<const float> step_runner::synchronize(const computed& c, std::size_t returned, replica& model,
+                                                collective& comm, const collective_options& options,
+                                                late_observer* observer, const lr_schedule& schedule) {
+  if (!comm.overlaps_compute()) {
+    reduce_header(c, returned, comm, options, observer);
+    // See Note [Sharded optimizer step].
+    const std::span<float> grads = model.gradients();
+    comm.reduce_scatter_sum(grads, options);
+    const auto [begin, end] = comm.chunk(grads.size(), comm.rank());
+    model.apply_update(schedule.at(model.optimizer_steps()), header_[h_samples], begin, end);
+    comm.all_gather(model.state_sections(), options);
+    model.finish_step();
+    return header_;
+  }
+  // See Note [Gradient buckets]: the buckets not started during backward
+  // start now, in order, then the header follows them on every member.
+  if (c.overlapped != &comm) starter_.begin_step(buckets(model), &comm, model.native_stream());
+  const std::span<float> grads = model.gradients();
+  starter_.finish(grads);
+  reduce_header(c, returned, comm, options, observer);
+  const double lr = schedule.at(model.optimizer_steps());
+  for (const gradient_bucket& b : buckets(model)) {
+    const auto [begin, end] = comm.chunk(b.size(), comm.rank());
+    model.apply_update(lr, header_[h_samples], b.begin + begin, b.begin + end);
+  }
+  gather_parts_.clear();  // keeps its capacity
+  for (const std::span<float> section : model.state_sections())
+    for (const gradient_bucket& b : buckets(model)) gather_parts_.push_back(section.subspan(b.begin, b.size()));
+  comm.all_gather(gather_parts_, options);
+  model.finish_step();
   return header_;
 }
 

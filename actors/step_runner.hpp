@@ -16,6 +16,7 @@
 #include "actors/messages.hpp"
 #include "actors/straggler.hpp"
 #include "comms/collective.hpp"
+#include "comms/gradient_buckets.hpp"
 #include "data/dataset.hpp"
 #include "tensors/lr_schedule.hpp"
 #include "tensors/replica.hpp"
@@ -46,17 +47,22 @@ class step_runner {
     std::size_t done = 0;  // indices processed; the rest of the shard was cut
     double compute_s = 0.0;
     clock::time_point start;
+    collective* overlapped = nullptr;  // the endpoint whose buckets compute() started
   };
 
-  // `faults` are this device's injected faults (fail, hang, slow, jitter).
+  // `faults` are this device's injected faults (fail, hang, slow, jitter);
+  // `buckets` size the gradient buckets on backends that overlap.
   step_runner(int device_id, std::vector<fault_spec> faults, std::uint64_t fault_seed, double late_factor,
-              double late_floor_s);
+              double late_floor_s, bucket_limits buckets = {});
 
   void add_fault(const fault_spec& f) { faults_.push_back(f); }
 
-  // Forward and backward over the shard. Throws injected_failure.
+  // Forward and backward over the shard. Throws injected_failure. With a
+  // `comm` that overlaps compute, the gradient buckets' reductions start
+  // during the backward pass of the shard's last micro-batch (See Note
+  // [Gradient buckets]); the next synchronize() must use the same `comm`.
   computed compute(const step_shard& shard, replica& model, const dataset& train, const device_control& control,
-                   const collective_group& group);
+                   const collective_group& group, collective* comm = nullptr);
 
   // The step's collectives and this member's part of the optimizer step.
   // A member still waiting for others at the deadline tells `observer`.
@@ -65,8 +71,32 @@ class step_runner {
                                      const collective_options& options, late_observer* observer,
                                      const lr_schedule& schedule);
 
+  // The buckets planned for `model` (planned on first use).
+  std::span<const gradient_bucket> buckets(const replica& model);
+  // Buckets of the current step whose reduction started during backward.
+  std::size_t buckets_started_in_backward() const noexcept { return starter_.during_backward(); }
+
  private:
+  // Starts the buckets' reductions as backward completes them.
+  class bucket_starter final : public gradient_listener {
+   public:
+    void begin_step(std::span<const gradient_bucket> buckets, collective* comm, void* stream);
+    void on_gradients_ready(std::span<float> gradients, std::size_t tensor) override;
+    // Starts the buckets not started yet.
+    void finish(std::span<float> gradients);
+    std::size_t during_backward() const noexcept { return during_backward_; }
+
+   private:
+    std::span<const gradient_bucket> buckets_;
+    collective* comm_ = nullptr;
+    void* stream_ = nullptr;
+    std::size_t next_ = 0;
+    std::size_t during_backward_ = 0;
+  };
+
   const fault_spec* find_fault(fault_kind kind, std::int64_t step_number) const;
+  std::span<const float> reduce_header(const computed& c, std::size_t returned, collective& comm,
+                                       const collective_options& options, late_observer* observer);
 
   int device_id_;
   std::vector<fault_spec> faults_;
@@ -75,6 +105,10 @@ class step_runner {
   double late_factor_;
   double late_floor_s_;
   std::vector<float> header_;
+  bucket_limits bucket_limits_;
+  std::vector<gradient_bucket> buckets_;
+  bucket_starter starter_;
+  std::vector<std::span<float>> gather_parts_;  // state sections cut by bucket
   rolling_median compute_times_{64};  // of complete shards, all members (from the headers)
 };
 

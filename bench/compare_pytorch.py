@@ -126,9 +126,11 @@ def main():
         ax.legend()
         fig.tight_layout()
         fig.savefig(os.path.join(a.out, "compare.png"), dpi=120)
+        plotted = " and compare.png"
     except ImportError:
         print("matplotlib is not installed (scripts/setup --bench): no plot", file=sys.stderr)
-    print(f"\nwrote {os.path.join(a.out, 'compare.csv')} and compare.png")
+        plotted = ""
+    print(f"\nwrote {os.path.join(a.out, 'compare.csv')}{plotted}")
 
 
 if __name__ == "__main__":

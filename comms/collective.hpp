@@ -32,6 +32,8 @@ class collective_error : public std::runtime_error {
 inline constexpr std::chrono::milliseconds default_collective_timeout{std::chrono::minutes(10)};
 
 // Told, once per call, which ranks have not arrived by options.late_at.
+// Backends that cannot tell (NCCL) pass an empty list; the reducer then counts
+// as missing the members that have not said they are waiting themselves.
 class late_observer {
  public:
   virtual ~late_observer() = default;
@@ -68,7 +70,22 @@ class collective {
   // Copies root's buffer into every other rank's buffer of the same length.
   virtual void broadcast(std::span<float> data, int root, const collective_options& options) = 0;
   virtual void barrier(const collective_options& options) = 0;
+
+  // See Note [Gradient buckets]. Whether start_reduce_scatter() returns
+  // before the reduction is done, so that it overlaps the caller's compute.
+  virtual bool overlaps_compute() const noexcept { return false; }
+  // Enqueues reduce_scatter_sum(data) to run once the work enqueued so far on
+  // `after` has completed (`after`: the replica's native stream, see
+  // replica::native_stream(); null when the data is ready now) and returns
+  // without waiting. Started calls run in the order started and before any
+  // later call of this endpoint, which returns only after them and reports
+  // their errors. Only where overlaps_compute(); the default throws.
+  virtual void start_reduce_scatter(std::span<float> data, void* after);
 };
+
+inline void collective::start_reduce_scatter(std::span<float>, void*) {
+  throw std::logic_error("collective: this backend has no asynchronous reduce-scatter");
+}
 
 // A group of ranks for one generation. The reducer keeps it to abort it from
 // outside; each member takes its endpoint.

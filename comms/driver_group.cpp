@@ -57,9 +57,15 @@ class driver_endpoint final : public collective {
   void reduce_scatter_sum(std::span<float> data, const collective_options& options) override {
     run("reduce_scatter", options, [&] { driver_->all_reduce_sum(data.data(), data.size()); });
   }
+  // See Note [Gradient buckets]: enqueued without waiting; the next call waits.
+  bool overlaps_compute() const noexcept override { return true; }
+  void start_reduce_scatter(std::span<float> data, void* after) override {
+    enqueue("reduce_scatter", [&] { driver_->all_reduce_sum_after(data.data(), data.size(), after); });
+  }
   void all_gather(std::span<const std::span<float>> buffers, const collective_options& options) override {
-    chunks_.clear();
-    for (int k = 0; k < group_->ranks; ++k) chunks_.push_back(chunk(buffers.empty() ? 0 : buffers[0].size(), k));
+    chunks_.clear();  // keeps its capacity: no allocation in steady state
+    for (const auto& b : buffers)
+      for (int k = 0; k < group_->ranks; ++k) chunks_.push_back(chunk(b.size(), k));
     run("all_gather", options, [&] { driver_->all_gather_chunks(buffers, chunks_); });
   }
   void broadcast(std::span<float> data, int root, const collective_options& options) override {
@@ -73,20 +79,27 @@ class driver_endpoint final : public collective {
   // Enqueues through the driver, then waits for it; a driver that throws
   // breaks the group like any other failure.
   template <class Enqueue>
-  void run(const char* op, const collective_options& options, Enqueue enqueue) {
+  void run(const char* op, const collective_options& options, Enqueue enqueue_call) {
+    enqueue(op, enqueue_call);
+    finish(op, options);
+  }
+
+  template <class Enqueue>
+  void enqueue(const char* op, Enqueue enqueue_call) {
     if (group_->aborted) throw collective_error(collective_errc::aborted, what(op, "aborted"));
     try {
-      enqueue();
+      enqueue_call();
     } catch (const std::exception& e) {
       group_->abort_all();
       throw collective_error(collective_errc::aborted, what(op, std::string("failed: ") + e.what()));
     }
-    finish(op, options);
   }
 
-  // See Note [Never block on a GPU collective].
+  // See Note [Never block on a GPU collective]. A driver cannot tell which
+  // ranks are missing: the late observer hears an empty list.
   void finish(const char* op, const collective_options& options) {
     const auto deadline = std::chrono::steady_clock::now() + options.timeout;
+    bool told_late = options.observer == nullptr;
     std::string error;
     for (;;) {
       switch (driver_->poll(error)) {
@@ -97,7 +110,12 @@ class driver_endpoint final : public collective {
         case collective_driver::state::pending: break;
       }
       if (group_->aborted) throw collective_error(collective_errc::aborted, what(op, "aborted"));
-      if (std::chrono::steady_clock::now() > deadline) {
+      const auto now = std::chrono::steady_clock::now();
+      if (!told_late && now >= options.late_at) {
+        told_late = true;
+        options.observer->on_late({});
+      }
+      if (now > deadline) {
         group_->abort_all();
         throw collective_error(collective_errc::timeout, what(op, "timed out; the group is aborted"));
       }

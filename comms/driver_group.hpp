@@ -28,8 +28,12 @@ class collective_driver {
   virtual ~collective_driver() = default;
   // Each call enqueues and returns; poll() tells when the work is done.
   virtual void all_reduce_sum(float* data, std::size_t n) = 0;
+  // all_reduce_sum of device memory, ordered after the work enqueued so far
+  // on `after` (a cudaStream_t for NCCL; null: ready now).
+  virtual void all_reduce_sum_after(float* data, std::size_t n, void* after) = 0;
   virtual void broadcast(float* data, std::size_t n, int root) = 0;
-  // For each buffer, copies chunk k from rank k to every rank.
+  // For each buffer b, copies chunk k, chunks[b * ranks + k], from rank k to
+  // every rank.
   virtual void all_gather_chunks(std::span<const std::span<float>> buffers,
                                  std::span<const std::pair<std::size_t, std::size_t>> chunks) = 0;
   // Whether the communicator's set-up and everything enqueued have finished;

@@ -31,6 +31,7 @@ class nccl_driver final : public collective_driver {
     check_cuda(cudaSetDevice(device), "cudaSetDevice");
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     check_cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreate");
+    check_cuda(cudaEventCreateWithFlags(&produced_, cudaEventDisableTiming), "cudaEventCreate");
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;  // set-up and calls return at once; poll ncclCommGetAsyncError
     check_nccl(ncclCommInitRankConfig(&comm_, size, id, rank, &config), "ncclCommInitRankConfig");
@@ -42,6 +43,7 @@ class nccl_driver final : public collective_driver {
     if (device_scratch_ != nullptr) cudaFree(device_scratch_);
     if (host_scratch_ != nullptr) cudaFreeHost(host_scratch_);
     if (done_ != nullptr) cudaEventDestroy(done_);
+    if (produced_ != nullptr) cudaEventDestroy(produced_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
@@ -51,6 +53,21 @@ class nccl_driver final : public collective_driver {
     check_nccl(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm_, stream_), "ncclAllReduce");
     settle();
     stage_out(n);
+  }
+
+  // A gradient bucket: device memory the replica's stream is still writing.
+  // The communication stream waits for that stream's work so far, on the GPU;
+  // the host does not wait (See Note [Gradient buckets]).
+  void all_reduce_sum_after(float* data, std::size_t n, void* after) override {
+    std::lock_guard lock(mutex_);
+    ready();
+    if (after != nullptr) {
+      check_cuda(cudaEventRecord(produced_, static_cast<cudaStream_t>(after)), "cudaEventRecord");
+      check_cuda(cudaStreamWaitEvent(stream_, produced_, 0), "cudaStreamWaitEvent");
+    }
+    check_nccl(ncclAllReduce(data, data, n, ncclFloat, ncclSum, comm_, stream_), "ncclAllReduce");
+    settle();
+    check_cuda(cudaEventRecord(done_, stream_), "cudaEventRecord");
   }
 
   void broadcast(float* data, std::size_t n, int root) override {
@@ -66,15 +83,17 @@ class nccl_driver final : public collective_driver {
     std::lock_guard lock(mutex_);
     ready();
     staged_ = nullptr;
-    for (const auto& b : buffers) {
+    const std::size_t ranks = buffers.empty() ? 0 : chunks.size() / buffers.size();
+    for (std::size_t i = 0; i < buffers.size(); ++i) {
+      const std::span<float> b = buffers[i];
       {
         // ncclGroupEnd must follow ncclGroupStart even when a call throws.
         check_nccl(ncclGroupStart(), "ncclGroupStart");
         struct group_end {
           ~group_end() { ncclGroupEnd(); }
         } end_group;
-        for (std::size_t k = 0; k < chunks.size(); ++k) {
-          const auto [begin, end] = chunks[k];
+        for (std::size_t k = 0; k < ranks; ++k) {
+          const auto [begin, end] = chunks[i * ranks + k];
           if (end > begin)
             check_nccl(ncclBroadcast(b.data() + begin, b.data() + begin, end - begin, ncclFloat, static_cast<int>(k),
                                      comm_, stream_),
@@ -89,8 +108,12 @@ class nccl_driver final : public collective_driver {
   state poll(std::string& error) override {
     std::lock_guard lock(mutex_);
     if (aborted_) {
-      error = "aborted";
-      return state::failed;
+      if (!done_before_abort_) {
+        error = "aborted";
+        return state::failed;
+      }
+      unstage();  // the work was complete when the communicator was aborted
+      return state::done;
     }
     ncclResult_t async = ncclSuccess;
     ncclCommGetAsyncError(comm_, &async);
@@ -105,16 +128,19 @@ class nccl_driver final : public collective_driver {
       error = "CUDA: " + cuda_text(e);
       return state::failed;
     }
-    if (staged_ != nullptr) {  // a host buffer: its result is in pinned memory now
-      std::memcpy(staged_, host_scratch_, staged_size_ * sizeof(float));
-      staged_ = nullptr;
-    }
+    unstage();
     return state::done;
   }
 
+  // Work whose completion event had fired before the abort stands: aborting
+  // a group right after the last member finished a call must not undo that
+  // call for the others. Later completions cannot be trusted (an aborted
+  // kernel also ends), so the event is queried before ncclCommAbort.
   void abort() noexcept override {
     if (aborted_.exchange(true)) return;
     std::lock_guard lock(mutex_);
+    done_before_abort_ = comm_ != nullptr && initialised_ && cudaEventQuery(done_) == cudaSuccess;
+    cudaGetLastError();
     if (comm_ != nullptr) ncclCommAbort(comm_);  // frees the communicator
     comm_ = nullptr;
   }
@@ -176,6 +202,13 @@ class nccl_driver final : public collective_driver {
     return device_scratch_;
   }
 
+  // A host buffer's result is in pinned memory once the work is done.
+  void unstage() {
+    if (staged_ == nullptr) return;
+    std::memcpy(staged_, host_scratch_, staged_size_ * sizeof(float));
+    staged_ = nullptr;
+  }
+
   void stage_out(std::size_t n) {
     if (staged_ != nullptr)
       check_cuda(cudaMemcpyAsync(host_scratch_, device_scratch_, n * sizeof(float), cudaMemcpyDeviceToHost, stream_),
@@ -186,8 +219,10 @@ class nccl_driver final : public collective_driver {
   std::mutex mutex_;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t done_ = nullptr;
+  cudaEvent_t produced_ = nullptr;  // recorded on a replica's stream: its bucket is ready
   ncclComm_t comm_ = nullptr;
   std::atomic<bool> aborted_{false};
+  bool done_before_abort_ = false;
   bool initialised_ = false;
   float* staged_ = nullptr;  // the host buffer of the call in flight, if any
   std::size_t staged_size_ = 0;

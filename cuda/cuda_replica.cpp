@@ -73,9 +73,95 @@ const cuda_replica::device_dataset& cuda_replica::on_device(const batch_ref& row
   return datasets_.emplace(rows.features, std::move(d)).first->second;
 }
 
+bool cuda_replica::resident(const batch_ref& rows) {
+  const auto it = resident_.find(rows.features);
+  if (it != resident_.end()) return it->second;
+  bool fits = options_.data == cuda_data_placement::resident;
+  if (options_.data == cuda_data_placement::automatic) {
+    std::size_t free = 0, total = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    fits = rows.rows * (rows.feature_count * sizeof(float) + sizeof(std::int32_t)) <= free / 2;
+  }
+  return resident_.emplace(rows.features, fits).first->second;
+}
+
+cuda_replica::staging_slot& cuda_replica::stage(const batch_ref& rows) {
+  const std::size_t n = rows.indices.size();
+  const std::size_t features = rows.feature_count;
+  staging_slot& s = slots_[next_slot_];
+  next_slot_ = 1 - next_slot_;
+  if (s.features.size() < micro_batch_ * features) {  // first use, or wider rows
+    if (s.used) wait_for_event(s.copied, std::chrono::steady_clock::now() + options_.wait_limit);
+    s.features = pinned_buffer<float>(micro_batch_ * features);
+    s.labels = pinned_buffer<std::int32_t>(micro_batch_);
+    s.device_features = device_buffer<float>(micro_batch_ * features);
+    s.device_labels = device_buffer<std::int32_t>(micro_batch_);
+    s.used = false;
+  }
+  // The pinned rows of the slot's last use may still be on their way.
+  if (s.used) wait_for_event(s.copied, std::chrono::steady_clock::now() + options_.wait_limit);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t row = rows.indices[i];
+    std::memcpy(s.features.data() + i * features, rows.features + static_cast<std::size_t>(row) * features,
+                features * sizeof(float));
+    s.labels[i] = rows.labels[row];
+  }
+  // The device copy must not overwrite rows that a pass still reads.
+  if (s.used) CUDA_CHECK(cudaStreamWaitEvent(copy_stream_.get(), s.consumed.get(), 0));
+  CUDA_CHECK(cudaMemcpyAsync(s.device_features.data(), s.features.data(), n * features * sizeof(float),
+                             cudaMemcpyHostToDevice, copy_stream_.get()));
+  CUDA_CHECK(cudaMemcpyAsync(s.device_labels.data(), s.labels.data(), n * sizeof(std::int32_t), cudaMemcpyHostToDevice,
+                             copy_stream_.get()));
+  s.copied.record(copy_stream_.get());
+  s.used = true;
+  s.ticket = 0;
+  return s;
+}
+
+cuda_replica::staging_slot* cuda_replica::claim(const batch_ref& rows) {
+  const std::size_t n = rows.indices.size();
+  for (staging_slot& s : slots_)
+    if (s.ticket != 0 && s.indices == rows.indices.data() && s.n == n && s.first == rows.indices.front() &&
+        s.last == rows.indices.back()) {
+      // Older prefetches were skipped (a cut step): they are not claimed later.
+      for (staging_slot& other : slots_)
+        if (other.ticket < s.ticket) other.ticket = 0;
+      s.ticket = 0;
+      return &s;
+    }
+  return nullptr;
+}
+
+void cuda_replica::prefetch(const batch_ref& rows) {
+  const std::size_t n = rows.indices.size();
+  if (n == 0 || n > micro_batch_ || resident(rows)) return;
+  device_guard guard(options_.device);
+  staging_slot& s = stage(rows);
+  s.ticket = ++tickets_;
+  s.indices = rows.indices.data();
+  s.n = n;
+  s.first = rows.indices.front();
+  s.last = rows.indices.back();
+}
+
+void cuda_replica::release_input() {
+  if (input_slot_ != nullptr) input_slot_->consumed.record(stream_.get());
+  input_slot_ = nullptr;
+}
+
 std::size_t cuda_replica::gather(const batch_ref& rows) {
   const std::size_t n = rows.indices.size();
   if (n > micro_batch_) throw std::invalid_argument("cuda_replica: more rows than the micro-batch");
+  if (n == 0) return 0;
+  if (!resident(rows)) {
+    staging_slot* s = claim(rows);
+    if (s == nullptr) s = &stage(rows);
+    CUDA_CHECK(cudaStreamWaitEvent(stream_.get(), s->copied.get(), 0));
+    input_slot_ = s;
+    input_ = s->device_features.data();
+    labels_ = s->device_labels.data();
+    return n;
+  }
   const device_dataset& d = on_device(rows);
   // The pinned staging buffer is reused: the previous copy must be done.
   sync(stream_.get());
@@ -84,11 +170,13 @@ std::size_t cuda_replica::gather(const batch_ref& rows) {
                              stream_.get()));
   cuda::gather_rows(d.features.data(), d.labels.data(), indices_.data(), n, rows.feature_count, x_.data(), y_.data(),
                     stream_.get());
+  input_ = x_.data();
+  labels_ = y_.data();
   return n;
 }
 
 const float* cuda_replica::forward(std::size_t n) {
-  const float* in = x_.data();
+  const float* in = input_;
   for (std::size_t l = 0; l < spec_.layers(); ++l) {
     const int fan_in = spec_.sizes[l], fan_out = spec_.sizes[l + 1];
     const float* w = state().data() + params_.tensors()[2 * l].offset;  // (out, in)
@@ -135,7 +223,7 @@ const float* cuda_replica::begin_pass(const batch_ref& rows, std::size_t& n) {
   return forward(n);
 }
 
-batch_stats cuda_replica::accumulate(const batch_ref& rows) {
+batch_stats cuda_replica::accumulate(const batch_ref& rows, gradient_listener* listener) {
   device_guard guard(options_.device);
   std::size_t n = 0;
   const float* out = begin_pass(rows, n);
@@ -143,7 +231,7 @@ batch_stats cuda_replica::accumulate(const batch_ref& rows) {
   const auto classes = static_cast<std::size_t>(spec_.outputs());
   float* d = grad_a_.data();
   float* d_next = grad_b_.data();
-  cuda::loss(spec_.loss, n, classes, out, y_.data(), d, loss_sum_.data(), correct_.data(), stream_.get());
+  cuda::loss(spec_.loss, n, classes, out, labels_, d, loss_sum_.data(), correct_.data(), stream_.get());
   const bool overwrite = !grads_written_;
   const float beta = overwrite ? 0.0f : 1.0f;
   for (std::size_t l = spec_.layers(); l-- > 0;) {
@@ -152,10 +240,13 @@ batch_stats cuda_replica::accumulate(const batch_ref& rows) {
     const float* saved = activation_backward_needs_input(act) ? inputs_[l].data() : outputs_[l].data();
     float* bias_grad = grads_.data() + params_.tensors()[2 * l + 1].offset;
     cuda::bias_activation_backward(act, n, static_cast<std::size_t>(fan_out), saved, d, bias_grad, overwrite, stream_.get());
-    const float* in = l == 0 ? x_.data() : outputs_[l - 1].data();
+    const float* in = l == 0 ? input_ : outputs_[l - 1].data();
     // (out, n) x (n, in) -> (out, in): dW = dZ^T X
     gemm(blas_, true, false, fan_out, fan_in, static_cast<int>(n), 1.0f, d, fan_out, in, fan_in, beta,
          grads_.data() + params_.tensors()[2 * l].offset, fan_in);
+    // The layer's gradients are enqueued: its bucket may start reducing on
+    // the communication stream while the layers below compute.
+    if (listener != nullptr) listener->on_gradients_ready(grads_.span(), 2 * l);
     if (l > 0) {
       // (n, out) x (out, in) -> (n, in)
       gemm(blas_, false, false, static_cast<int>(n), fan_in, fan_out, 1.0f, d, fan_out,
@@ -163,6 +254,7 @@ batch_stats cuda_replica::accumulate(const batch_ref& rows) {
       std::swap(d, d_next);
     }
   }
+  release_input();
   grads_written_ = true;
   samples_ += static_cast<double>(n);
   return read_stats(n);
@@ -173,8 +265,9 @@ batch_stats cuda_replica::evaluate(const batch_ref& rows) {
   std::size_t n = 0;
   const float* out = begin_pass(rows, n);
   if (n == 0) return {};
-  cuda::loss(spec_.loss, n, static_cast<std::size_t>(spec_.outputs()), out, y_.data(), nullptr, loss_sum_.data(),
+  cuda::loss(spec_.loss, n, static_cast<std::size_t>(spec_.outputs()), out, labels_, nullptr, loss_sum_.data(),
              correct_.data(), stream_.get());
+  release_input();
   return read_stats(n);
 }
 

@@ -1,9 +1,17 @@
 #pragma once
 // The CUDA replica: the same interface as the CPU replica (tensors/replica.hpp),
-// with parameters, gradients and optimizer state in device memory. A dataset
-// is copied to the device the first time it is used and rows are gathered
-// there, so a step moves only its indices host to device. Every wait on the
-// GPU polls with a deadline (cuda/resources.hpp).
+// with parameters, gradients and optimizer state in device memory. Every wait
+// on the GPU polls with a deadline (cuda/resources.hpp).
+//
+// Note [Data on the GPU]
+// A dataset that fits (by default: at most half of the free device memory,
+// as Fashion-MNIST does by far) is copied to the device the first time it is
+// used and rows are gathered there, so a step moves only its indices host to
+// device. A larger one is streamed: the rows of a micro-batch are gathered on
+// the host into one of two pinned staging slots and copied on a copy stream;
+// the compute stream waits for that copy on the GPU, and the copy of a slot
+// waits for the pass that last read it. With prefetch() the next
+// micro-batch's copy runs while the current one computes.
 
 #include <map>
 #include <memory>
@@ -14,8 +22,11 @@
 
 namespace dpactor {
 
+enum class cuda_data_placement { automatic, resident, streamed };
+
 struct cuda_replica_options {
   int device = 0;
+  cuda_data_placement data = cuda_data_placement::automatic;  // See Note [Data on the GPU]
   bool tf32 = false;                                // TF32 tensor cores for the GEMMs
   std::chrono::milliseconds wait_limit{60'000};     // longest wait on the GPU before it counts as hung
 };
@@ -30,10 +41,13 @@ class cuda_replica final : public replica {
   std::size_t max_rows() const noexcept override { return micro_batch_; }
 
   void zero_grad() override;
-  batch_stats accumulate(const batch_ref& rows) override;
+  using replica::accumulate;
+  batch_stats accumulate(const batch_ref& rows, gradient_listener* listener) override;
   batch_stats evaluate(const batch_ref& rows) override;
+  void prefetch(const batch_ref& rows) override;
   double samples() const override { return samples_; }
   std::span<float> gradients() override;
+  void* native_stream() noexcept override { return stream_.get(); }
   void apply_update(double lr, double total_samples, std::size_t begin, std::size_t end) override;
   void finish_step() override;
   std::span<const std::span<float>> state_sections() override { return sections_[1 - current_]; }
@@ -51,9 +65,31 @@ class cuda_replica final : public replica {
     device_buffer<float> features;
     device_buffer<std::int32_t> labels;
   };
-  // Gathers the rows on the device; returns the row count.
+  // See Note [Data on the GPU].
+  struct staging_slot {
+    pinned_buffer<float> features;
+    pinned_buffer<std::int32_t> labels;
+    device_buffer<float> device_features;
+    device_buffer<std::int32_t> device_labels;
+    cuda_event copied;    // on the copy stream: the rows are on the device
+    cuda_event consumed;  // on the compute stream: the last pass reading them is done
+    bool used = false;
+    // What a prefetch put there, to be claimed by the matching call.
+    std::uint64_t ticket = 0;  // 0: nothing waiting to be claimed
+    const std::uint32_t* indices = nullptr;
+    std::size_t n = 0;
+    std::uint32_t first = 0, last = 0;
+  };
+  // Gathers the rows on the device, sets input_ and labels_; returns the row count.
   std::size_t gather(const batch_ref& rows);
   const device_dataset& on_device(const batch_ref& rows);
+  bool resident(const batch_ref& rows);
+  // Gathers the rows into the next staging slot and starts their copy.
+  staging_slot& stage(const batch_ref& rows);
+  // The slot a prefetch of these rows filled, or null.
+  staging_slot* claim(const batch_ref& rows);
+  // After a pass: the slot it read may be refilled once the pass is done.
+  void release_input();
   // Forward pass; returns the output block (n, classes).
   const float* forward(std::size_t n);
   // Gathers the rows, clears the loss counters and runs the forward pass;
@@ -89,6 +125,14 @@ class cuda_replica final : public replica {
   device_buffer<double> loss_sum_;
   device_buffer<unsigned long long> correct_;
   std::map<const float*, device_dataset> datasets_;
+  std::map<const float*, bool> resident_;  // per dataset: See Note [Data on the GPU]
+  cuda_stream copy_stream_;
+  staging_slot slots_[2];
+  int next_slot_ = 0;
+  std::uint64_t tickets_ = 0;
+  staging_slot* input_slot_ = nullptr;  // the slot the current pass reads, if streamed
+  const float* input_ = nullptr;        // the current pass's rows (n, features) ...
+  const std::int32_t* labels_ = nullptr;  // ... and labels, on the device
   std::int64_t steps_ = 0;
   double samples_ = 0.0;
   bool grads_written_ = true;

@@ -49,10 +49,21 @@ std::size_t cpu_replica::gather(const batch_ref& rows) {
   return n;
 }
 
-batch_stats cpu_replica::accumulate(const batch_ref& rows) {
+batch_stats cpu_replica::accumulate(const batch_ref& rows, gradient_listener* listener) {
   const std::size_t n = gather(rows);
   if (n == 0) return {};
-  const batch_stats stats = model_.forward_backward(state().data(), grads_.data(), x_.data(), y_.data(), n, !grads_written_);
+  struct listening {
+    gradient_listener* listener;
+    std::span<float> grads;
+    static void call(void* self, std::size_t layer) {
+      auto* l = static_cast<listening*>(self);
+      l->listener->on_gradients_ready(l->grads, 2 * layer);  // the layer's weight, then its bias
+    }
+  } context{listener, grads_.span()};
+  layer_done_callback on_layer_done;
+  if (listener != nullptr) on_layer_done = {&listening::call, &context};
+  const batch_stats stats =
+      model_.forward_backward(state().data(), grads_.data(), x_.data(), y_.data(), n, !grads_written_, on_layer_done);
   grads_written_ = true;
   samples_ += static_cast<double>(n);
   return stats;

@@ -17,7 +17,8 @@ class cpu_replica final : public replica {
   std::size_t max_rows() const noexcept override { return model_.max_batch(); }
 
   void zero_grad() override;
-  batch_stats accumulate(const batch_ref& rows) override;
+  using replica::accumulate;
+  batch_stats accumulate(const batch_ref& rows, gradient_listener* listener) override;
   batch_stats evaluate(const batch_ref& rows) override;
   double samples() const override { return samples_; }
   std::span<float> gradients() override;

@@ -82,7 +82,7 @@ const float* mlp::forward(const float* params, const float* x, std::size_t n) {
 }
 
 batch_stats mlp::forward_backward(const float* params, float* grads, const float* x, const std::int32_t* labels,
-                                  std::size_t n, bool overwrite) {
+                                  std::size_t n, bool overwrite, layer_done_callback on_layer_done) {
   batch_stats stats;
   if (n == 0) return stats;
   const float beta = overwrite ? 0.0f : 1.0f;
@@ -107,6 +107,7 @@ batch_stats mlp::forward_backward(const float* params, float* grads, const float
     // (out, n) x (n, in) -> (out, in): dW += dZ^T X
     gemm(true, false, fan_out, fan_in, static_cast<int>(n), 1.0f, d, fan_out, in, fan_in, beta,
          grads + offset(2 * l), fan_in);
+    if (on_layer_done.call != nullptr) on_layer_done.call(on_layer_done.context, l);
     if (l > 0) {
       // (n, out) x (out, in) -> (n, in): dL/da_{l-1} = dZ W
       gemm(false, false, static_cast<int>(n), fan_in, fan_out, 1.0f, d, fan_out, params + offset(2 * l),

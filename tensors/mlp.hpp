@@ -54,6 +54,12 @@ struct batch_stats {
 // Forward and backward passes over micro-batches of at most max_batch rows.
 // Holds only workspaces; parameters and gradients are passed in, laid out by
 // mlp_layout().
+// Called during backward with a layer's index once its gradients are written.
+struct layer_done_callback {
+  void (*call)(void* context, std::size_t layer) = nullptr;
+  void* context = nullptr;
+};
+
 class mlp {
  public:
   mlp(mlp_spec spec, std::size_t max_batch);
@@ -67,8 +73,10 @@ class mlp {
   // x(n, in), labels(n). Adds the gradient *sums* over the n samples to grads,
   // or with `overwrite` writes them (no zeroing pass needed before the first
   // micro-batch of a step; padding between tensors is left untouched).
+  // `on_layer_done`, if set, hears each layer's index as soon as backward has
+  // written that layer's gradients (last layer first).
   batch_stats forward_backward(const float* params, float* grads, const float* x, const std::int32_t* labels,
-                               std::size_t n, bool overwrite = false);
+                               std::size_t n, bool overwrite = false, layer_done_callback on_layer_done = {});
   // Loss sum and correct count, no gradients.
   batch_stats evaluate(const float* params, const float* x, const std::int32_t* labels, std::size_t n);
   // Writes the outputs (n, out) of the last layer (logits) to `out`.

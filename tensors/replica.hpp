@@ -69,6 +69,18 @@ state_layout make_state_layout(const mlp_spec& spec, const optimizer_config& opt
 std::int64_t read_step_counter(std::span<const float> state, const state_layout& layout) noexcept;
 void write_step_counter(std::span<float> state, const state_layout& layout, std::int64_t steps) noexcept;
 
+// Hears during backward that gradients are final, for overlapping their
+// reduction with the rest of backward (See Note [Gradient buckets]).
+class gradient_listener {
+ public:
+  virtual ~gradient_listener() = default;
+  // The gradients of parameter tensor `tensor` and of every tensor after it
+  // are final; `gradients` is the whole gradient buffer (replica::gradients()).
+  // On a GPU replica the kernels producing them are enqueued on
+  // native_stream(), not necessarily done.
+  virtual void on_gradients_ready(std::span<float> gradients, std::size_t tensor) = 0;
+};
+
 class replica {
  public:
   virtual ~replica() = default;
@@ -81,15 +93,24 @@ class replica {
   // Zeroes the gradient sums and the sample count.
   virtual void zero_grad() = 0;
   // Forward and backward over at most max_rows() rows; adds the gradient sums
-  // and counts the rows.
-  virtual batch_stats accumulate(const batch_ref& rows) = 0;
+  // and counts the rows. If `listener` is set, tells it as each layer's
+  // gradients become final (pass it for a step's last micro-batch only).
+  virtual batch_stats accumulate(const batch_ref& rows, gradient_listener* listener) = 0;
+  batch_stats accumulate(const batch_ref& rows) { return accumulate(rows, nullptr); }
   virtual batch_stats evaluate(const batch_ref& rows) = 0;
+  // The rows of a coming accumulate() or evaluate() call, so that a replica
+  // that copies them to a device can start early; the call may not come.
+  virtual void prefetch(const batch_ref& /*rows*/) {}
   // Rows accumulated since zero_grad().
   virtual double samples() const = 0;
 
   // The gradient sums, laid out like the parameters (layout().parameter_size
-  // floats): what the collective reduces.
+  // floats): what the collective reduces. Complete on return (a GPU replica
+  // waits for its stream).
   virtual std::span<float> gradients() = 0;
+  // The queue that produces this replica's gradients, for a collective to
+  // order its work after (a cudaStream_t); null where work is done on return.
+  virtual void* native_stream() noexcept { return nullptr; }
   // Writes the optimizer step for elements [begin, end) of the parameter
   // section and of each slot section into the *pending* state, from the
   // current state and the reduced gradients divided by `total_samples` (See

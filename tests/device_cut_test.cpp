@@ -32,7 +32,7 @@ class cutting_replica final : public replica {
     std::fill(grads_.begin(), grads_.end(), 0.0f);
     samples_ = 0;
   }
-  batch_stats accumulate(const batch_ref& rows) override {
+  batch_stats accumulate(const batch_ref& rows, gradient_listener*) override {
     trained.insert(trained.end(), rows.indices.begin(), rows.indices.end());
     samples_ += static_cast<double>(rows.indices.size());
     if (++calls_ == cut_after_) control_->cut_step.store(cut_step_);

@@ -18,6 +18,8 @@ using namespace std::chrono_literals;
 
 struct fake_world {
   std::atomic<int> polls_needed{3};
+  std::atomic<int> polls{0};
+  std::atomic<int> enqueued{0};
   std::atomic<bool> async_error{false};
   std::atomic<bool> hang{false};
   std::atomic<bool> throw_on_enqueue{false};
@@ -28,11 +30,13 @@ class fake_driver final : public collective_driver {
  public:
   explicit fake_driver(fake_world& w) : world_(w) {}
   void all_reduce_sum(float*, std::size_t) override { enqueue(); }
+  void all_reduce_sum_after(float*, std::size_t, void*) override { enqueue(); }
   void broadcast(float*, std::size_t, int) override { enqueue(); }
   void all_gather_chunks(std::span<const std::span<float>>, std::span<const std::pair<std::size_t, std::size_t>>) override {
     enqueue();
   }
   state poll(std::string& error) override {
+    ++world_.polls;
     if (aborted_) {
       error = "aborted";
       return state::failed;
@@ -51,6 +55,7 @@ class fake_driver final : public collective_driver {
  private:
   void enqueue() {
     if (world_.throw_on_enqueue) throw std::runtime_error("injected enqueue failure");
+    ++world_.enqueued;
     polls_ = 0;
   }
   fake_world& world_;
@@ -161,6 +166,83 @@ TEST(DriverGroup, ADriverThatThrowsBreaksTheGroupWithACollectiveError) {
     EXPECT_NE(std::string(e.what()).find("injected enqueue failure"), std::string::npos) << e.what();
   }
   EXPECT_TRUE(group->aborted());
+}
+
+TEST(DriverGroup, AStartedReduceScatterReturnsAtOnceAndTheNextCallWaitsForIt) {
+  fake_world world;
+  auto group = fake_group(2, world);
+  auto endpoint = group->endpoint(0);
+  ASSERT_TRUE(endpoint->overlaps_compute());
+  std::vector<float> bucket(8), header(4);
+  endpoint->start_reduce_scatter(bucket, nullptr);
+  endpoint->start_reduce_scatter(bucket, nullptr);
+  EXPECT_EQ(world.enqueued, 2);
+  EXPECT_EQ(world.polls, 0) << "starting a bucket does not wait";
+  endpoint->all_reduce_sum(header, {});
+  EXPECT_GE(world.polls, world.polls_needed.load()) << "the header waited";
+}
+
+TEST(DriverGroup, AnErrorInAStartedBucketSurfacesAtTheNextCall) {
+  fake_world world;
+  auto group = fake_group(2, world);
+  auto endpoint = group->endpoint(0);
+  std::vector<float> bucket(8), header(4);
+  endpoint->start_reduce_scatter(bucket, nullptr);
+  world.async_error = true;  // the bucket's reduction fails on the GPU
+  try {
+    endpoint->all_reduce_sum(header, {});
+    FAIL() << "no error";
+  } catch (const collective_error& e) {
+    EXPECT_NE(std::string(e.what()).find("injected asynchronous error"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(group->aborted());
+  EXPECT_THROW(endpoint->start_reduce_scatter(bucket, nullptr), collective_error) << "nothing starts on a broken group";
+}
+
+TEST(DriverGroup, ADriverThatCannotStartABucketBreaksTheGroup) {
+  fake_world world;
+  auto group = fake_group(2, world);
+  auto endpoint = group->endpoint(0);
+  std::vector<float> bucket(8);
+  world.throw_on_enqueue = true;
+  EXPECT_THROW(endpoint->start_reduce_scatter(bucket, nullptr), collective_error);
+  EXPECT_TRUE(group->aborted());
+  EXPECT_EQ(world.aborts, 1);
+}
+
+struct counting_observer final : late_observer {
+  void on_late(std::span<const int> missing) override {
+    ++calls;
+    last_size = missing.size();
+  }
+  int calls = 0;
+  std::size_t last_size = 99;
+};
+
+TEST(DriverGroup, AWaitPastTheDeadlineTellsTheObserverOnceWithoutNames) {
+  fake_world world;
+  world.polls_needed = 1'000'000'000;  // pending until released below
+  auto group = fake_group(2, world);
+  auto endpoint = group->endpoint(0);
+  counting_observer observer;
+  collective_options options;
+  options.observer = &observer;
+  options.late_at = std::chrono::steady_clock::now();  // already late
+  options.timeout = 60s;
+  std::thread release([&] {
+    while (world.polls < 1000) std::this_thread::yield();
+    world.polls_needed = 0;
+  });
+  std::vector<float> header(4);
+  endpoint->all_reduce_sum(header, options);
+  release.join();
+  EXPECT_EQ(observer.calls, 1) << "once per call";
+  EXPECT_EQ(observer.last_size, 0u) << "a driver cannot tell who is missing";
+  observer.calls = 0;
+  options.late_at = std::chrono::steady_clock::now() + 60s;
+  world.polls_needed = 3;
+  endpoint->all_reduce_sum(header, options);
+  EXPECT_EQ(observer.calls, 0) << "not late: not told";
 }
 
 }  // namespace

@@ -146,7 +146,7 @@ TEST(Faults, FailingEveryDeviceCheckpointsAndStopsWithAClearError) {
   // The checkpoint resumes: the run finishes its three epochs.
   job_config resume = faulty_job(2, {});
   resume.train.checkpoint_dir = (dir / "ckpt").string();
-  const recorded_run r = run(resume, run_options{(dir / "ckpt").string(), ""});
+  const recorded_run r = run(resume, testing::resume_from(dir / "ckpt"));
   EXPECT_EQ(r.summary.steps, 48);
   EXPECT_EQ(r.summary.samples, 3 * 1024 - 11 * 64);
 }

@@ -2,7 +2,8 @@
 // skips, saying why. On a GPU: every kernel against the CPU reference on
 // fresh random inputs with outputs poisoned before each run (fp32 <= 1e-5
 // relative, TF32 GEMMs <= 1e-3), the CUDA replica's steps against the CPU
-// replica's, the NCCL path with one rank, and the default job trained on the GPU.
+// replica's (resident and streamed data; gradient buckets over NCCL with one
+// rank), the NCCL path with one rank, and the default job trained on the GPU.
 
 #include <gtest/gtest.h>
 
@@ -15,6 +16,8 @@
 
 #include "actors/config_file.hpp"
 #include "actors/engine.hpp"
+#include "actors/step_runner.hpp"
+#include "comms/local.hpp"
 #include "comms/nccl.hpp"
 #include "cuda/blas.hpp"
 #include "cuda/cuda_replica.hpp"
@@ -193,6 +196,104 @@ TEST(Gpu, CudaReplicaStepsMatchTheCpuReplica) {
   EXPECT_EQ(gpu.optimizer_steps(), 5);
 }
 
+// Steps of a replica through the step runner, as the device actor drives it.
+struct runner_member {
+  runner_member(replica& model, std::shared_ptr<collective_group> group)
+      : model(model), group(std::move(group)), comm(this->group->endpoint(0)),
+        runner(0, {}, 1, 2.0, 0.001, bucket_limits{1024, 4096}) {}
+  void step(const dataset& data, std::int64_t step, std::span<const std::uint32_t> rows) {
+    step_shard shard{step, 0, {rows.begin(), rows.end()}};
+    const auto c = runner.compute(shard, model, data, control, *group, comm.get());
+    started_in_backward = runner.buckets_started_in_backward();
+    runner.synchronize(c, 0, model, *comm, {}, nullptr, lr_schedule{});
+  }
+  replica& model;
+  std::shared_ptr<collective_group> group;
+  std::unique_ptr<collective> comm;
+  step_runner runner;
+  device_control control;
+  std::size_t started_in_backward = 0;
+};
+
+// See Note [Gradient buckets]: NCCL (one rank: NCCL refuses two ranks on one
+// GPU) reduces buckets started during backward on its own stream, ordered
+// after the replica's stream by events; the result must be the CPU's.
+TEST(Gpu, BucketedStepsOnNcclMatchTheCpuReplica) {
+  SKIP_WITHOUT_GPU();
+  const mlp_spec spec{{64, 48, 32, 10}, activation::relu, loss_kind::cross_entropy};
+  synthetic_options o;
+  o.rows = 512;
+  o.features = 64;
+  o.classes = 10;
+  const dataset data = make_synthetic(o);
+  cpu_replica cpu(spec, optimizer_config{}, 32);
+  cuda_replica gpu(spec, optimizer_config{}, 32, cuda_replica_options{});
+  std::vector<float> state(cpu.layout().total_size(), 0.0f);
+  init_mlp_parameters(spec, std::span<float>(state).first(cpu.layout().parameter_size), 5);
+  cpu.import_state(state);
+  gpu.import_state(state);
+  runner_member on_cpu(cpu, make_local_group(1)), on_gpu(gpu, make_nccl_group({0}));
+  ASSERT_GE(on_gpu.runner.buckets(gpu).size(), 3u);
+  std::vector<std::uint32_t> rows(80);
+  for (int step = 0; step < 5; ++step) {
+    for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<std::uint32_t>((step * 89 + i * 7) % 512);
+    on_cpu.step(data, step, rows);
+    on_gpu.step(data, step, rows);
+    EXPECT_EQ(on_gpu.started_in_backward, on_gpu.runner.buckets(gpu).size()) << "every bucket started during backward";
+  }
+  std::vector<float> want(cpu.layout().parameter_size), got(cpu.layout().parameter_size);
+  cpu.copy_parameters(want);
+  gpu.copy_parameters(got);
+  EXPECT_LE(relative_error(got, want), 1e-5);
+  EXPECT_EQ(gpu.optimizer_steps(), 5);
+}
+
+// See Note [Data on the GPU]: rows streamed through pinned staging slots on
+// the copy stream, with and without prefetch, give bitwise the resident path.
+TEST(Gpu, StreamedDataMatchesResidentData) {
+  SKIP_WITHOUT_GPU();
+  const mlp_spec spec{{64, 48, 10}, activation::relu, loss_kind::cross_entropy};
+  synthetic_options o;
+  o.rows = 512;
+  o.features = 64;
+  o.classes = 10;
+  const dataset data = make_synthetic(o);
+  cuda_replica_options resident_options, streamed_options;
+  resident_options.data = cuda_data_placement::resident;
+  streamed_options.data = cuda_data_placement::streamed;
+  cuda_replica resident(spec, optimizer_config{}, 32, resident_options);
+  cuda_replica streamed(spec, optimizer_config{}, 32, streamed_options);
+  std::vector<float> state(resident.layout().total_size(), 0.0f);
+  init_mlp_parameters(spec, std::span<float>(state).first(resident.layout().parameter_size), 9);
+  resident.import_state(state);
+  streamed.import_state(state);
+  std::vector<std::uint32_t> rows(96);
+  for (int step = 0; step < 6; ++step) {
+    for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<std::uint32_t>((step * 131 + i * 3) % 512);
+    batch_stats stats[2];
+    int which = 0;
+    for (cuda_replica* r : {&resident, &streamed}) {
+      r->zero_grad();
+      const std::span<const std::uint32_t> all(rows);
+      for (std::size_t b = 0; b < rows.size(); b += 32) {
+        // Odd steps prefetch the next micro-batch (and once one never used).
+        if (step % 2 == 1 && b + 32 < rows.size()) r->prefetch(data.batch(all.subspan(b + 32, 32)));
+        if (step == 3 && b == 0) r->prefetch(data.batch(all.subspan(64, 32)));
+        stats[which] += r->accumulate(data.batch(all.subspan(b, 32)));
+      }
+      r->gradients();
+      r->apply_update(0.05, r->samples(), 0, r->layout().parameter_size);
+      r->finish_step();
+      ++which;
+    }
+    EXPECT_EQ(stats[0].loss_sum, stats[1].loss_sum) << "step " << step;
+    EXPECT_EQ(stats[0].correct, stats[1].correct);
+    const auto e = streamed.evaluate(data.batch(std::span<const std::uint32_t>(rows).first(32)));
+    EXPECT_EQ(e.loss_sum, resident.evaluate(data.batch(std::span<const std::uint32_t>(rows).first(32))).loss_sum);
+  }
+  EXPECT_EQ(streamed.export_state(), resident.export_state());
+}
+
 TEST(Gpu, NcclWithOneRank) {
   SKIP_WITHOUT_GPU();
   auto group = make_nccl_group({0});
@@ -210,19 +311,29 @@ TEST(Gpu, NcclWithOneRank) {
   EXPECT_THROW(endpoint->all_reduce_sum(d.span(), {}), collective_error);
 }
 
-TEST(Gpu, TheDefaultJobTrainsOnTheGpu) {
-  SKIP_WITHOUT_GPU();
+void train_default_job(gpu_data_placement placement) {
   if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"))
     GTEST_SKIP() << "dataset-fashion-mnist is not installed";
   // scripts/gpu-check runs this program away from the source tree.
   const char* root = std::getenv("DPACTOR_SOURCE_DIR");
   job_config c = load_job_config(std::string(root != nullptr ? root : DPACTOR_SOURCE_DIR) + "/configs/mlp.cfg");
   c.cluster.gpus = {0};
+  c.cluster.gpu_data = placement;
   c.train.checkpoint_dir = "";
   Engine engine(c);
   engine.start();
   const run_summary s = engine.wait();
   EXPECT_GE(s.test_accuracy, 0.88);
+}
+
+TEST(Gpu, TheDefaultJobTrainsOnTheGpu) {
+  SKIP_WITHOUT_GPU();
+  train_default_job(gpu_data_placement::automatic);
+}
+
+TEST(Gpu, TheDefaultJobTrainsOnTheGpuWithStreamedData) {
+  SKIP_WITHOUT_GPU();
+  train_default_job(gpu_data_placement::streamed);
 }
 
 }  // namespace

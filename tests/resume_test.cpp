@@ -49,7 +49,7 @@ TEST(Resume, OneEpochThenOneMoreEqualsTwoStraight) {
   first.train.max_steps = 16;  // stop after epoch 1
   const run_summary half = run(first);
   EXPECT_EQ(half.steps, 16);
-  const run_summary resumed = run(resumable_job(dir / "split"), run_options{(dir / "split").string(), ""});
+  const run_summary resumed = run(resumable_job(dir / "split"), testing::resume_from(dir / "split"));
   EXPECT_EQ(resumed.steps, 32);
   EXPECT_EQ(resumed.samples, 1000) << "only the second epoch was trained";
   expect_same_files(straight.checkpoint, resumed.checkpoint);
@@ -64,7 +64,7 @@ TEST(Resume, MidEpochWithStepsInFlightIsBitExact) {
     job_config first = resumable_job(split);
     first.train.max_steps = stop_at;
     run(first);
-    const run_summary resumed = run(resumable_job(split), run_options{split.string(), ""});
+    const run_summary resumed = run(resumable_job(split), testing::resume_from(split));
     EXPECT_EQ(resumed.steps, 32);
     expect_same_files(straight.checkpoint, resumed.checkpoint);
   }
@@ -78,7 +78,7 @@ TEST(Resume, FromAPeriodicCheckpointOfAnUninterruptedRun) {
   EXPECT_TRUE(fs::exists(dir / "periodic" / "step-00000007"));
   EXPECT_TRUE(fs::exists(dir / "periodic" / "step-00000028"));
   job_config again = resumable_job(dir / "again");
-  const run_summary resumed = run(again, run_options{(dir / "periodic" / "step-00000021").string(), ""});
+  const run_summary resumed = run(again, testing::resume_from(dir / "periodic" / "step-00000021"));
   EXPECT_EQ(resumed.steps, 32);
   expect_same_files(straight.checkpoint, resumed.checkpoint);
 }
@@ -88,7 +88,7 @@ TEST(Resume, InitFromLoadsWeightsWithAFreshOptimizer) {
   const run_summary trained = run(resumable_job(dir / "a"));
   job_config c = resumable_job(dir / "b");
   c.train.max_steps = 1;
-  const run_summary one = run(c, run_options{"", (fs::path(trained.checkpoint) / "model.safetensors").string()});
+  const run_summary one = run(c, testing::init_from(fs::path(trained.checkpoint) / "model.safetensors"));
   EXPECT_EQ(one.steps, 1) << "the step counter starts again";
   EXPECT_GT(one.test_accuracy, 0.5) << "it starts from the trained weights";
 }
@@ -100,7 +100,7 @@ TEST(Resume, ADifferentSeedIsRefused) {
   run(c);
   job_config other = resumable_job(dir / "a");
   other.train.seed = 7;
-  Engine engine(other, run_options{(dir / "a").string(), ""});
+  Engine engine(other, testing::resume_from(dir / "a"));
   EXPECT_THROW(engine.start(), config_error);
 }
 

@@ -30,6 +30,18 @@ scratch_dir::~scratch_dir() {
   fs::remove_all(path_, ec);
 }
 
+run_options resume_from(const std::filesystem::path& checkpoint) {
+  run_options o;
+  o.resume_from = checkpoint.string();
+  return o;
+}
+
+run_options init_from(const std::filesystem::path& weights) {
+  run_options o;
+  o.init_from = weights.string();
+  return o;
+}
+
 job_config small_job(std::int64_t replicas, std::int64_t batch, std::int64_t train_rows) {
   job_config c;
   c.source = "small_job";

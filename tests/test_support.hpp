@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/engine.hpp"
 #include "actors/job_config.hpp"
 
 namespace dpactor::testing {
@@ -24,6 +25,10 @@ class scratch_dir {
  private:
   std::filesystem::path path_;
 };
+
+// Run options that resume from a checkpoint, or start from given weights.
+run_options resume_from(const std::filesystem::path& checkpoint);
+run_options init_from(const std::filesystem::path& weights);
 
 // A small synthetic classification job: 16 features, 4 classes, fast;
 // straggler.policy = none, so its arithmetic does not depend on timing.

@@ -131,15 +131,6 @@ recorded_run run(job_config c, std::shared_ptr<testing::emulated_log> log) {
   return r;
 }
 
-double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0.0, norm = 0.0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
-    norm += static_cast<double>(b[i]) * b[i];
-  }
-  return std::sqrt(diff / norm);
-}
-
 job_config equivalence_job(int replicas, const std::filesystem::path& dir) {
   job_config c = testing::small_job(replicas, 64, 1000);
   c.train.epochs = 10;
@@ -158,7 +149,7 @@ TEST(BucketedStep, ReplicasOnTheAsynchronousBackendFollowOneReplicaOnTheWholeBat
     const recorded_run r = run(equivalence_job(replicas, dir / (std::to_string(replicas) + "-replicas")), log);
     EXPECT_EQ(r.summary.steps, 50);
     ASSERT_EQ(r.params.size(), one.params.size());
-    EXPECT_LE(relative_difference(r.params, one.params), 1e-5) << replicas << " replicas";
+    EXPECT_LE(testing::relative_difference(r.params, one.params), 1e-5) << replicas << " replicas";
     // Each of the 50 steps reduced the three buckets (and a header) and
     // gathered once.
     const state_layout l = make_state_layout(small_spec, optimizer_config{});

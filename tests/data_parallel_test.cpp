@@ -36,22 +36,13 @@ std::vector<float> train(int replicas, std::int64_t batch, optimizer_kind opt, c
   return params;
 }
 
-double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0.0, norm = 0.0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
-    norm += static_cast<double>(b[i]) * b[i];
-  }
-  return std::sqrt(diff / norm);
-}
-
 TEST(DataParallel, TwoReplicasMatchOneOnTheWholeBatch) {
   testing::scratch_dir dir;
   const auto one = train(1, 64, optimizer_kind::sgd, dir / "one");
   const auto two = train(2, 64, optimizer_kind::sgd, dir / "two");
   ASSERT_EQ(one.size(), two.size());
   EXPECT_NE(one, train(1, 32, optimizer_kind::sgd, dir / "other")) << "the comparison can tell runs apart";
-  EXPECT_LE(relative_difference(two, one), 1e-5);
+  EXPECT_LE(testing::relative_difference(two, one), 1e-5);
 }
 
 TEST(DataParallel, ThreeReplicasWithAnUnevenBatchMatchOne) {
@@ -59,14 +50,14 @@ TEST(DataParallel, ThreeReplicasWithAnUnevenBatchMatchOne) {
   // 64 = 22 + 21 + 21 per step; the last batch of each epoch (1000 % 64 = 40) splits 14 + 13 + 13.
   const auto one = train(1, 64, optimizer_kind::sgd, dir / "one");
   const auto three = train(3, 64, optimizer_kind::sgd, dir / "three");
-  EXPECT_LE(relative_difference(three, one), 1e-5);
+  EXPECT_LE(testing::relative_difference(three, one), 1e-5);
 }
 
 TEST(DataParallel, HoldsForAdamW) {
   testing::scratch_dir dir;
   const auto one = train(1, 64, optimizer_kind::adamw, dir / "one");
   const auto two = train(2, 64, optimizer_kind::adamw, dir / "two");
-  EXPECT_LE(relative_difference(two, one), 1e-5);
+  EXPECT_LE(testing::relative_difference(two, one), 1e-5);
 }
 
 TEST(DataParallel, MoreReplicasThanSamplesInAStep) {
@@ -75,7 +66,7 @@ TEST(DataParallel, MoreReplicasThanSamplesInAStep) {
   testing::scratch_dir dir;
   const auto one = train(1, 2, optimizer_kind::sgd, dir / "one");
   const auto three = train(3, 2, optimizer_kind::sgd, dir / "three");
-  EXPECT_LE(relative_difference(three, one), 1e-5);
+  EXPECT_LE(testing::relative_difference(three, one), 1e-5);
 }
 
 TEST(FashionMnist, OneEpochOfTheDefaultJobLearns) {

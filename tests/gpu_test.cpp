@@ -163,20 +163,27 @@ TEST(Gpu, OptimizerKernelsMatchTheCpu) {
   }
 }
 
+// A small classification problem and initial state shared by the replica tests.
+struct replica_case {
+  explicit replica_case(std::vector<int> sizes, std::uint64_t seed)
+      : spec{std::move(sizes), activation::relu, loss_kind::cross_entropy},
+        data(make_synthetic(synthetic_options{512, 64, 10, 0.5f, 1, 0})),
+        state(make_state_layout(spec, optimizer_config{}).total_size(), 0.0f) {
+    init_mlp_parameters(spec, std::span<float>(state).first(make_state_layout(spec, optimizer_config{}).parameter_size), seed);
+  }
+  mlp_spec spec;
+  dataset data;
+  std::vector<float> state;
+};
+
 TEST(Gpu, CudaReplicaStepsMatchTheCpuReplica) {
   SKIP_WITHOUT_GPU();
-  const mlp_spec spec{{64, 48, 10}, activation::relu, loss_kind::cross_entropy};
-  synthetic_options o;
-  o.rows = 512;
-  o.features = 64;
-  o.classes = 10;
-  const dataset data = make_synthetic(o);
-  cpu_replica cpu(spec, optimizer_config{}, 32);
-  cuda_replica gpu(spec, optimizer_config{}, 32, cuda_replica_options{});
-  std::vector<float> state(cpu.layout().total_size(), 0.0f);
-  init_mlp_parameters(spec, std::span<float>(state).first(cpu.layout().parameter_size), 3);
-  cpu.import_state(state);
-  gpu.import_state(state);
+  const replica_case t({64, 48, 10}, 3);
+  const dataset& data = t.data;
+  cpu_replica cpu(t.spec, optimizer_config{}, 32);
+  cuda_replica gpu(t.spec, optimizer_config{}, 32, cuda_replica_options{});
+  cpu.import_state(t.state);
+  gpu.import_state(t.state);
   std::vector<std::uint32_t> rows(96);
   for (int step = 0; step < 5; ++step) {
     for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<std::uint32_t>((step * 97 + i * 5) % 512);
@@ -220,18 +227,12 @@ struct runner_member {
 // after the replica's stream by events; the result must be the CPU's.
 TEST(Gpu, BucketedStepsOnNcclMatchTheCpuReplica) {
   SKIP_WITHOUT_GPU();
-  const mlp_spec spec{{64, 48, 32, 10}, activation::relu, loss_kind::cross_entropy};
-  synthetic_options o;
-  o.rows = 512;
-  o.features = 64;
-  o.classes = 10;
-  const dataset data = make_synthetic(o);
-  cpu_replica cpu(spec, optimizer_config{}, 32);
-  cuda_replica gpu(spec, optimizer_config{}, 32, cuda_replica_options{});
-  std::vector<float> state(cpu.layout().total_size(), 0.0f);
-  init_mlp_parameters(spec, std::span<float>(state).first(cpu.layout().parameter_size), 5);
-  cpu.import_state(state);
-  gpu.import_state(state);
+  const replica_case t({64, 48, 32, 10}, 5);
+  const dataset& data = t.data;
+  cpu_replica cpu(t.spec, optimizer_config{}, 32);
+  cuda_replica gpu(t.spec, optimizer_config{}, 32, cuda_replica_options{});
+  cpu.import_state(t.state);
+  gpu.import_state(t.state);
   runner_member on_cpu(cpu, make_local_group(1)), on_gpu(gpu, make_nccl_group({0}));
   ASSERT_GE(on_gpu.runner.buckets(gpu).size(), 3u);
   std::vector<std::uint32_t> rows(80);
@@ -252,21 +253,15 @@ TEST(Gpu, BucketedStepsOnNcclMatchTheCpuReplica) {
 // the copy stream, with and without prefetch, give bitwise the resident path.
 TEST(Gpu, StreamedDataMatchesResidentData) {
   SKIP_WITHOUT_GPU();
-  const mlp_spec spec{{64, 48, 10}, activation::relu, loss_kind::cross_entropy};
-  synthetic_options o;
-  o.rows = 512;
-  o.features = 64;
-  o.classes = 10;
-  const dataset data = make_synthetic(o);
+  const replica_case t({64, 48, 10}, 9);
+  const dataset& data = t.data;
   cuda_replica_options resident_options, streamed_options;
   resident_options.data = cuda_data_placement::resident;
   streamed_options.data = cuda_data_placement::streamed;
-  cuda_replica resident(spec, optimizer_config{}, 32, resident_options);
-  cuda_replica streamed(spec, optimizer_config{}, 32, streamed_options);
-  std::vector<float> state(resident.layout().total_size(), 0.0f);
-  init_mlp_parameters(spec, std::span<float>(state).first(resident.layout().parameter_size), 9);
-  resident.import_state(state);
-  streamed.import_state(state);
+  cuda_replica resident(t.spec, optimizer_config{}, 32, resident_options);
+  cuda_replica streamed(t.spec, optimizer_config{}, 32, streamed_options);
+  resident.import_state(t.state);
+  streamed.import_state(t.state);
   std::vector<std::uint32_t> rows(96);
   for (int step = 0; step < 6; ++step) {
     for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<std::uint32_t>((step * 131 + i * 3) % 512);

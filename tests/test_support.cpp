@@ -1,5 +1,7 @@
 #include "tests/test_support.hpp"
 
+#include <cmath>
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -66,6 +68,15 @@ job_config small_job(std::int64_t replicas, std::int64_t batch, std::int64_t tra
   c.straggler.policy = straggler_policy::none;
   c.cluster.blas_threads = 1;
   return c;
+}
+
+double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0.0, norm = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    norm += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(diff / norm);
 }
 
 std::string idx_bytes(std::uint8_t type, const std::vector<std::uint32_t>& dims, const std::vector<std::uint8_t>& values) {

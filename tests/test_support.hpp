@@ -34,6 +34,9 @@ run_options init_from(const std::filesystem::path& weights);
 // straggler.policy = none, so its arithmetic does not depend on timing.
 job_config small_job(std::int64_t replicas, std::int64_t batch, std::int64_t train_rows = 1024);
 
+// sqrt(sum (a - b)^2 / sum b^2), in double.
+double relative_difference(const std::vector<float>& a, const std::vector<float>& b);
+
 // The bytes of an IDX file: magic 0x0000<type><ndims>, big-endian dims, values.
 std::string idx_bytes(std::uint8_t type, const std::vector<std::uint32_t>& dims, const std::vector<std::uint8_t>& values);
 

@@ -151,13 +151,21 @@ std::span<const float> step_runner::reduce_header(const computed& c, std::size_t
 std::span<const float> step_runner::synchronize(const computed& c, std::size_t returned, replica& model,
                                                 collective& comm, const collective_options& options,
                                                 late_observer* observer, const lr_schedule& schedule) {
+  // A member alone gathers nothing: it updates in place (See
+  // replica::update_in_place), after its collectives, which may still fail.
+  const bool alone = comm.size() == 1;
   if (!comm.overlaps_compute()) {
     reduce_header(c, returned, comm, options, observer);
     // See Note [Sharded optimizer step].
     const std::span<float> grads = model.gradients();
     comm.reduce_scatter_sum(grads, options);
+    const double lr = schedule.at(model.optimizer_steps());
+    if (alone) {
+      model.update_in_place(lr, header_[h_samples]);
+      return header_;
+    }
     const auto [begin, end] = comm.chunk(grads.size(), comm.rank());
-    model.apply_update(schedule.at(model.optimizer_steps()), header_[h_samples], begin, end);
+    model.apply_update(lr, header_[h_samples], begin, end);
     comm.all_gather(model.state_sections(), options);
     model.finish_step();
     return header_;
@@ -169,6 +177,10 @@ std::span<const float> step_runner::synchronize(const computed& c, std::size_t r
   starter_.finish(grads);
   reduce_header(c, returned, comm, options, observer);
   const double lr = schedule.at(model.optimizer_steps());
+  if (alone) {
+    model.update_in_place(lr, header_[h_samples]);
+    return header_;
+  }
   for (const gradient_bucket& b : buckets(model)) {
     const auto [begin, end] = comm.chunk(b.size(), comm.rank());
     model.apply_update(lr, header_[h_samples], b.begin + begin, b.begin + end);

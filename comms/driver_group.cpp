@@ -109,7 +109,13 @@ class driver_endpoint final : public collective {
           throw collective_error(collective_errc::aborted, what(op, "failed: " + error));
         case collective_driver::state::pending: break;
       }
-      if (group_->aborted) throw collective_error(collective_errc::aborted, what(op, "aborted"));
+      if (group_->aborted) {
+        // The abort may have come just after this rank's work finished: the
+        // driver, once aborted, says whether it had (work done stands).
+        driver_->abort();
+        if (driver_->poll(error) == collective_driver::state::done) return;
+        throw collective_error(collective_errc::aborted, what(op, "aborted"));
+      }
       const auto now = std::chrono::steady_clock::now();
       if (!told_late && now >= options.late_at) {
         told_late = true;
@@ -138,8 +144,18 @@ class driver_group final : public collective_group {
  public:
   driver_group(int ranks, driver_factory factory) : state_(std::make_shared<group_state>(ranks)), factory_(std::move(factory)) {}
   int size() const noexcept override { return state_->ranks; }
+  // A rank that cannot set up its communicator breaks the group: the others
+  // would wait for it.
   std::unique_ptr<collective> endpoint(int rank) override {
-    return std::make_unique<driver_endpoint>(state_, rank, factory_(rank, state_->ranks));
+    std::unique_ptr<collective_driver> driver;
+    try {
+      driver = factory_(rank, state_->ranks);
+    } catch (const std::exception& e) {
+      state_->abort_all();
+      throw collective_error(collective_errc::aborted,
+                             "collective, rank " + std::to_string(rank) + ": set-up failed: " + e.what());
+    }
+    return std::make_unique<driver_endpoint>(state_, rank, std::move(driver));
   }
   void abort() override { state_->abort_all(); }
   bool aborted() const noexcept override { return state_->aborted; }

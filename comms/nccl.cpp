@@ -27,28 +27,30 @@ std::string cuda_text(cudaError_t e) { return cudaGetErrorString(e); }
 // NCCL calls are non-blocking, so the lock is held only briefly.
 class nccl_driver final : public collective_driver {
  public:
-  nccl_driver(int rank, int size, int device, const ncclUniqueId& id) {
-    check_cuda(cudaSetDevice(device), "cudaSetDevice");
-    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-    check_cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreate");
-    check_cuda(cudaEventCreateWithFlags(&produced_, cudaEventDisableTiming), "cudaEventCreate");
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 0;  // set-up and calls return at once; poll ncclCommGetAsyncError
-    check_nccl(ncclCommInitRankConfig(&comm_, size, id, rank, &config), "ncclCommInitRankConfig");
+  nccl_driver(int rank, int size, int device, const ncclUniqueId& id) : device_(device) {
+    try {
+      check_cuda(cudaSetDevice(device), "cudaSetDevice");
+      check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+      check_cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreate");
+      check_cuda(cudaEventCreateWithFlags(&produced_, cudaEventDisableTiming), "cudaEventCreate");
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      config.blocking = 0;  // set-up and calls return at once; poll ncclCommGetAsyncError
+      check_nccl(ncclCommInitRankConfig(&comm_, size, id, rank, &config), "ncclCommInitRankConfig");
+    } catch (...) {
+      release();
+      throw;
+    }
   }
 
   ~nccl_driver() override {
     // A generation's communicator ends with it; abort also frees it.
     abort();
-    if (device_scratch_ != nullptr) cudaFree(device_scratch_);
-    if (host_scratch_ != nullptr) cudaFreeHost(host_scratch_);
-    if (done_ != nullptr) cudaEventDestroy(done_);
-    if (produced_ != nullptr) cudaEventDestroy(produced_);
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    release();
   }
 
   void all_reduce_sum(float* data, std::size_t n) override {
     std::lock_guard lock(mutex_);
+    device_scope on_device(device_);
     float* buf = stage_in(data, n);
     check_nccl(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm_, stream_), "ncclAllReduce");
     settle();
@@ -60,6 +62,7 @@ class nccl_driver final : public collective_driver {
   // the host does not wait (See Note [Gradient buckets]).
   void all_reduce_sum_after(float* data, std::size_t n, void* after) override {
     std::lock_guard lock(mutex_);
+    device_scope on_device(device_);
     ready();
     if (after != nullptr) {
       check_cuda(cudaEventRecord(produced_, static_cast<cudaStream_t>(after)), "cudaEventRecord");
@@ -67,11 +70,12 @@ class nccl_driver final : public collective_driver {
     }
     check_nccl(ncclAllReduce(data, data, n, ncclFloat, ncclSum, comm_, stream_), "ncclAllReduce");
     settle();
-    check_cuda(cudaEventRecord(done_, stream_), "cudaEventRecord");
+    record_done();
   }
 
   void broadcast(float* data, std::size_t n, int root) override {
     std::lock_guard lock(mutex_);
+    device_scope on_device(device_);
     float* buf = stage_in(data, n);
     check_nccl(ncclBroadcast(buf, buf, n, ncclFloat, root, comm_, stream_), "ncclBroadcast");
     settle();
@@ -81,28 +85,34 @@ class nccl_driver final : public collective_driver {
   void all_gather_chunks(std::span<const std::span<float>> buffers,
                          std::span<const std::pair<std::size_t, std::size_t>> chunks) override {
     std::lock_guard lock(mutex_);
+    device_scope on_device(device_);
     ready();
     staged_ = nullptr;
     const std::size_t ranks = buffers.empty() ? 0 : chunks.size() / buffers.size();
     for (std::size_t i = 0; i < buffers.size(); ++i) {
       const std::span<float> b = buffers[i];
-      {
-        // ncclGroupEnd must follow ncclGroupStart even when a call throws.
-        check_nccl(ncclGroupStart(), "ncclGroupStart");
-        struct group_end {
-          ~group_end() { ncclGroupEnd(); }
-        } end_group;
-        for (std::size_t k = 0; k < ranks; ++k) {
-          const auto [begin, end] = chunks[i * ranks + k];
-          if (end > begin)
-            check_nccl(ncclBroadcast(b.data() + begin, b.data() + begin, end - begin, ncclFloat, static_cast<int>(k),
-                                     comm_, stream_),
-                       "ncclBroadcast");
+      check_nccl(ncclGroupStart(), "ncclGroupStart");
+      // ncclGroupEnd must follow ncclGroupStart also when a call throws; its
+      // own failure counts like any other.
+      bool ended = false;
+      struct group_end {
+        bool& ended;
+        ~group_end() {
+          if (!ended) ncclGroupEnd();
         }
+      } end_group{ended};
+      for (std::size_t k = 0; k < ranks; ++k) {
+        const auto [begin, end] = chunks[i * ranks + k];
+        if (end > begin)
+          check_nccl(ncclBroadcast(b.data() + begin, b.data() + begin, end - begin, ncclFloat, static_cast<int>(k),
+                                   comm_, stream_),
+                     "ncclBroadcast");
       }
+      ended = true;
+      check_nccl(ncclGroupEnd(), "ncclGroupEnd");
       settle();
     }
-    check_cuda(cudaEventRecord(done_, stream_), "cudaEventRecord");
+    record_done();
   }
 
   state poll(std::string& error) override {
@@ -139,7 +149,9 @@ class nccl_driver final : public collective_driver {
   void abort() noexcept override {
     if (aborted_.exchange(true)) return;
     std::lock_guard lock(mutex_);
-    done_before_abort_ = comm_ != nullptr && initialised_ && cudaEventQuery(done_) == cudaSuccess;
+    ncclResult_t async = ncclInternalError;
+    if (comm_ != nullptr) ncclCommGetAsyncError(comm_, &async);
+    done_before_abort_ = recorded_ && async == ncclSuccess && cudaEventQuery(done_) == cudaSuccess;
     cudaGetLastError();
     if (comm_ != nullptr) ncclCommAbort(comm_);  // frees the communicator
     comm_ = nullptr;
@@ -213,9 +225,42 @@ class nccl_driver final : public collective_driver {
     if (staged_ != nullptr)
       check_cuda(cudaMemcpyAsync(host_scratch_, device_scratch_, n * sizeof(float), cudaMemcpyDeviceToHost, stream_),
                  "cudaMemcpyAsync");
-    check_cuda(cudaEventRecord(done_, stream_), "cudaEventRecord");
+    record_done();
   }
 
+  void record_done() {
+    check_cuda(cudaEventRecord(done_, stream_), "cudaEventRecord");
+    recorded_ = true;
+  }
+
+  void release() noexcept {
+    if (device_scratch_ != nullptr) cudaFree(device_scratch_);
+    if (host_scratch_ != nullptr) cudaFreeHost(host_scratch_);
+    if (done_ != nullptr) cudaEventDestroy(done_);
+    if (produced_ != nullptr) cudaEventDestroy(produced_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    device_scratch_ = host_scratch_ = nullptr;
+    done_ = produced_ = nullptr;
+    stream_ = nullptr;
+  }
+
+  // The communicator's device is current during a call (the calling thread
+  // may have another one current).
+  class device_scope {
+   public:
+    explicit device_scope(int device) {
+      cudaGetDevice(&previous_);
+      check_cuda(cudaSetDevice(device), "cudaSetDevice");
+    }
+    ~device_scope() { cudaSetDevice(previous_); }
+    device_scope(const device_scope&) = delete;
+    device_scope& operator=(const device_scope&) = delete;
+
+   private:
+    int previous_ = 0;
+  };
+
+  int device_;
   std::mutex mutex_;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t done_ = nullptr;
@@ -223,6 +268,7 @@ class nccl_driver final : public collective_driver {
   ncclComm_t comm_ = nullptr;
   std::atomic<bool> aborted_{false};
   bool done_before_abort_ = false;
+  bool recorded_ = false;  // done_ has been recorded
   bool initialised_ = false;
   float* staged_ = nullptr;  // the host buffer of the call in flight, if any
   std::size_t staged_size_ = 0;

@@ -121,8 +121,8 @@ cuda_replica::staging_slot& cuda_replica::stage(const batch_ref& rows) {
 cuda_replica::staging_slot* cuda_replica::claim(const batch_ref& rows) {
   const std::size_t n = rows.indices.size();
   for (staging_slot& s : slots_)
-    if (s.ticket != 0 && s.indices == rows.indices.data() && s.n == n && s.first == rows.indices.front() &&
-        s.last == rows.indices.back()) {
+    if (s.ticket != 0 && s.features_of == rows.features && s.indices == rows.indices.data() && s.n == n &&
+        s.first == rows.indices.front() && s.last == rows.indices.back()) {
       // Older prefetches were skipped (a cut step): they are not claimed later.
       for (staging_slot& other : slots_)
         if (other.ticket < s.ticket) other.ticket = 0;
@@ -134,10 +134,12 @@ cuda_replica::staging_slot* cuda_replica::claim(const batch_ref& rows) {
 
 void cuda_replica::prefetch(const batch_ref& rows) {
   const std::size_t n = rows.indices.size();
-  if (n == 0 || n > micro_batch_ || resident(rows)) return;
+  if (n == 0 || n > micro_batch_) return;
   device_guard guard(options_.device);
+  if (resident(rows)) return;
   staging_slot& s = stage(rows);
   s.ticket = ++tickets_;
+  s.features_of = rows.features;
   s.indices = rows.indices.data();
   s.n = n;
   s.first = rows.indices.front();
@@ -201,6 +203,7 @@ batch_stats cuda_replica::read_stats(std::size_t n) {
 }
 
 void cuda_replica::zero_grad() {
+  for (staging_slot& s : slots_) s.ticket = 0;  // a new step: earlier prefetches are not claimed
   grads_written_ = false;  // the first micro-batch writes the gradients
   samples_ = 0.0;
 }
@@ -225,6 +228,7 @@ const float* cuda_replica::begin_pass(const batch_ref& rows, std::size_t& n) {
 
 batch_stats cuda_replica::accumulate(const batch_ref& rows, gradient_listener* listener) {
   device_guard guard(options_.device);
+  const input_release release{*this};
   std::size_t n = 0;
   const float* out = begin_pass(rows, n);
   if (n == 0) return {};
@@ -254,7 +258,6 @@ batch_stats cuda_replica::accumulate(const batch_ref& rows, gradient_listener* l
       std::swap(d, d_next);
     }
   }
-  release_input();
   grads_written_ = true;
   samples_ += static_cast<double>(n);
   return read_stats(n);
@@ -262,20 +265,29 @@ batch_stats cuda_replica::accumulate(const batch_ref& rows, gradient_listener* l
 
 batch_stats cuda_replica::evaluate(const batch_ref& rows) {
   device_guard guard(options_.device);
+  const input_release release{*this};
   std::size_t n = 0;
   const float* out = begin_pass(rows, n);
   if (n == 0) return {};
   cuda::loss(spec_.loss, n, static_cast<std::size_t>(spec_.outputs()), out, labels_, nullptr, loss_sum_.data(),
              correct_.data(), stream_.get());
-  release_input();
   return read_stats(n);
 }
 
 void cuda_replica::apply_update(double lr, double total_samples, std::size_t begin, std::size_t end) {
+  write_update(lr, total_samples, begin, end, sections_[1 - current_]);
+}
+
+void cuda_replica::update_in_place(double lr, double total_samples) {
+  if (total_samples > 0.0) write_update(lr, total_samples, 0, layout_.parameter_size, sections_[current_]);
+  ++steps_;
+}
+
+void cuda_replica::write_update(double lr, double total_samples, std::size_t begin, std::size_t end,
+                                const std::vector<std::span<float>>& to) {
   if (end <= begin) return;
   device_guard guard(options_.device);
   const auto& from = sections_[current_];
-  const auto& to = sections_[1 - current_];
   const std::size_t n = end - begin;
   if (total_samples <= 0.0) {  // no samples anywhere: the state carries over
     for (std::size_t s = 0; s < from.size(); ++s)

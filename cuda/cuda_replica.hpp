@@ -50,6 +50,7 @@ class cuda_replica final : public replica {
   void* native_stream() noexcept override { return stream_.get(); }
   void apply_update(double lr, double total_samples, std::size_t begin, std::size_t end) override;
   void finish_step() override;
+  void update_in_place(double lr, double total_samples) override;
   std::span<const std::span<float>> state_sections() override { return sections_[1 - current_]; }
 
   std::span<float> state_buffer() override;  // writes the step counter into the tail first
@@ -76,6 +77,7 @@ class cuda_replica final : public replica {
     bool used = false;
     // What a prefetch put there, to be claimed by the matching call.
     std::uint64_t ticket = 0;  // 0: nothing waiting to be claimed
+    const float* features_of = nullptr;  // the dataset
     const std::uint32_t* indices = nullptr;
     std::size_t n = 0;
     std::uint32_t first = 0, last = 0;
@@ -90,12 +92,25 @@ class cuda_replica final : public replica {
   staging_slot* claim(const batch_ref& rows);
   // After a pass: the slot it read may be refilled once the pass is done.
   void release_input();
+  // Releases the pass's input however the pass ends (a listener may throw).
+  struct input_release {
+    cuda_replica& replica;
+    ~input_release() {
+      try {
+        replica.release_input();
+      } catch (...) {  // the device failed: the pass's error is what gets reported
+      }
+    }
+  };
   // Forward pass; returns the output block (n, classes).
   const float* forward(std::size_t n);
   // Gathers the rows, clears the loss counters and runs the forward pass;
   // sets n to the row count and returns the outputs (null for no rows).
   const float* begin_pass(const batch_ref& rows, std::size_t& n);
   batch_stats read_stats(std::size_t n);
+  // The optimizer step for [begin, end) from the current state into `to`.
+  void write_update(double lr, double total_samples, std::size_t begin, std::size_t end,
+                    const std::vector<std::span<float>>& to);
   void sync(cudaStream_t stream) const;
   const device_buffer<float>& state() const noexcept { return states_[current_]; }
 

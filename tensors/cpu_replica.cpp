@@ -75,9 +75,19 @@ batch_stats cpu_replica::evaluate(const batch_ref& rows) {
 }
 
 void cpu_replica::apply_update(double lr, double total_samples, std::size_t begin, std::size_t end) {
+  write_update(lr, total_samples, begin, end, sections_[1 - current_]);
+}
+
+void cpu_replica::update_in_place(double lr, double total_samples) {
+  const std::int64_t steps = optimizer_steps();
+  if (total_samples > 0.0) write_update(lr, total_samples, 0, layout_.parameter_size, sections_[current_]);
+  write_step_counter(state().span(), layout_, steps + 1);
+}
+
+void cpu_replica::write_update(double lr, double total_samples, std::size_t begin, std::size_t end,
+                               const std::vector<std::span<float>>& to) {
   if (end <= begin) return;
   const auto& from = sections_[current_];
-  const auto& to = sections_[1 - current_];
   const std::size_t n = end - begin;
   if (total_samples <= 0.0) {  // no samples anywhere: the state carries over
     for (std::size_t s = 0; s < from.size(); ++s) std::copy_n(from[s].data() + begin, n, to[s].data() + begin);

@@ -24,6 +24,7 @@ class cpu_replica final : public replica {
   std::span<float> gradients() override;
   void apply_update(double lr, double total_samples, std::size_t begin, std::size_t end) override;
   void finish_step() override;
+  void update_in_place(double lr, double total_samples) override;
   std::span<const std::span<float>> state_sections() override { return sections_[1 - current_]; }
 
   std::span<float> state_buffer() override { return state().span(); }
@@ -36,6 +37,10 @@ class cpu_replica final : public replica {
  private:
   // Copies the rows into x_ and y_; returns the row count.
   std::size_t gather(const batch_ref& rows);
+  // The optimizer step for [begin, end) from the current state into `to`
+  // (the pending sections, or the current ones to update in place).
+  void write_update(double lr, double total_samples, std::size_t begin, std::size_t end,
+                    const std::vector<std::span<float>>& to);
   aligned_buffer<float>& state() noexcept { return states_[current_]; }
   const aligned_buffer<float>& state() const noexcept { return states_[current_]; }
 

@@ -122,6 +122,15 @@ class replica {
   // Makes the pending state current, one optimizer step further; call once
   // per step after the gather completed.
   virtual void finish_step() = 0;
+  // The whole optimizer step, written straight into the current state, for a
+  // member alone in its group: it gathers nothing, so no collective can fail
+  // between the update and the end of the step, and the pending copy (and its
+  // memory traffic) is not needed. Same arithmetic as apply_update over the
+  // whole parameter section followed by finish_step(), which is the default.
+  virtual void update_in_place(double lr, double total_samples) {
+    apply_update(lr, total_samples, 0, layout().parameter_size);
+    finish_step();
+  }
 
   // See Note [Replica state buffer]. For the CPU replica the span is host
   // memory; for a GPU replica it is device memory.

@@ -23,6 +23,7 @@ struct fake_world {
   std::atomic<bool> async_error{false};
   std::atomic<bool> hang{false};
   std::atomic<bool> throw_on_enqueue{false};
+  std::atomic<bool> done_survives_abort{false};  // as the NCCL driver: work finished before an abort stands
   std::atomic<int> aborts{0};
 };
 
@@ -37,6 +38,7 @@ class fake_driver final : public collective_driver {
   }
   state poll(std::string& error) override {
     ++world_.polls;
+    if (aborted_ && world_.done_survives_abort && !world_.hang) return state::done;
     if (aborted_) {
       error = "aborted";
       return state::failed;
@@ -243,6 +245,48 @@ TEST(DriverGroup, AWaitPastTheDeadlineTellsTheObserverOnceWithoutNames) {
   world.polls_needed = 3;
   endpoint->all_reduce_sum(header, options);
   EXPECT_EQ(observer.calls, 0) << "not late: not told";
+}
+
+TEST(DriverGroup, ARankThatCannotSetUpBreaksTheGroup) {
+  fake_world world;
+  auto group = make_driver_group(2, [&world](int rank, int) -> std::unique_ptr<collective_driver> {
+    if (rank == 1) throw std::runtime_error("injected set-up failure");
+    return std::make_unique<fake_driver>(world);
+  });
+  try {
+    group->endpoint(1);
+    FAIL() << "no error";
+  } catch (const collective_error& e) {
+    EXPECT_NE(std::string(e.what()).find("injected set-up failure"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(group->aborted()) << "the other ranks would wait for it";
+}
+
+// An abort that comes after this rank's work finished, but before the rank
+// saw it finish, does not undo the call; unfinished work fails.
+TEST(DriverGroup, WorkFinishedBeforeAnAbortStands) {
+  for (const bool finished : {true, false}) {
+    fake_world world;
+    world.hang = true;
+    world.polls_needed = 1'000'000'000;  // only the abort path can end the call well
+    world.done_survives_abort = true;
+    auto group = fake_group(2, world);
+    std::atomic<bool> threw{false};
+    std::thread rank([&] {
+      auto endpoint = group->endpoint(0);
+      std::vector<float> v(4);
+      try {
+        endpoint->all_reduce_sum(v, collective_options{60s});
+      } catch (const collective_error&) {
+        threw = true;
+      }
+    });
+    while (world.polls < 10) std::this_thread::yield();
+    if (finished) world.hang = false;  // the work completes ...
+    group->abort();                    // ... and the group is aborted before the rank polls again
+    rank.join();
+    EXPECT_EQ(threw, !finished) << (finished ? "finished work stands" : "unfinished work fails");
+  }
 }
 
 }  // namespace

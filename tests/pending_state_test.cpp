@@ -60,5 +60,46 @@ TEST(PendingState, AnAbortBetweenUpdateAndGatherLeavesTheStateUntouched) {
   EXPECT_EQ(model.optimizer_steps(), 0);
 }
 
+// A member alone updates in place (replica::update_in_place): bitwise the
+// step through the pending state, for each optimizer.
+TEST(PendingState, AnUpdateInPlaceIsBitwiseTheStepThroughThePendingState) {
+  set_blas_threads(1);
+  const mlp_spec spec{{16, 12, 4}, activation::relu, loss_kind::cross_entropy};
+  synthetic_options o;
+  o.rows = 64;
+  o.features = 16;
+  o.classes = 4;
+  const dataset data = make_synthetic(o);
+  std::vector<std::uint32_t> rows(40);
+  for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<std::uint32_t>(i);
+  optimizer_config sgd, nesterov, adamw;
+  nesterov.nesterov = true;
+  nesterov.weight_decay = 0.01;
+  adamw.kind = optimizer_kind::adamw;
+  adamw.weight_decay = 0.01;
+  for (const optimizer_config& opt : {sgd, nesterov, adamw}) {
+    cpu_replica pending(spec, opt, 16), in_place(spec, opt, 16);
+    std::vector<float> init(pending.layout().total_size(), 0.0f);
+    init_mlp_parameters(spec, std::span<float>(init).first(pending.layout().parameter_size), 7);
+    pending.import_state(init);
+    in_place.import_state(init);
+    for (int step = 0; step < 4; ++step) {
+      for (cpu_replica* r : {&pending, &in_place}) {
+        r->zero_grad();
+        for (std::size_t b = 0; b < rows.size(); b += 16)
+          r->accumulate(data.batch(std::span<const std::uint32_t>(rows).subspan(b, std::min<std::size_t>(16, rows.size() - b))));
+      }
+      pending.apply_update(0.05, pending.samples(), 0, pending.layout().parameter_size);
+      pending.finish_step();
+      in_place.update_in_place(0.05, in_place.samples());
+    }
+    in_place.update_in_place(0.05, 0.0);  // no samples: the state carries over, the counter advances
+    pending.apply_update(0.05, 0.0, 0, pending.layout().parameter_size);
+    pending.finish_step();
+    EXPECT_EQ(in_place.export_state(), pending.export_state()) << optimizer_name(opt.kind);
+    EXPECT_EQ(in_place.optimizer_steps(), 5);
+  }
+}
+
 }  // namespace
 }  // namespace dpactor

@@ -15,14 +15,19 @@
 namespace dpactor {
 namespace {
 
-TEST(PendingState, AnAbortBetweenUpdateAndGatherLeavesTheStateUntouched) {
-  set_blas_threads(1);
-  const mlp_spec spec{{16, 12, 4}, activation::relu, loss_kind::cross_entropy};
+const mlp_spec spec{{16, 12, 4}, activation::relu, loss_kind::cross_entropy};
+
+dataset small_data(std::size_t rows) {
   synthetic_options o;
-  o.rows = 256;
+  o.rows = rows;
   o.features = 16;
   o.classes = 4;
-  const dataset data = make_synthetic(o);
+  return make_synthetic(o);
+}
+
+TEST(PendingState, AnAbortBetweenUpdateAndGatherLeavesTheStateUntouched) {
+  set_blas_threads(1);
+  const dataset data = small_data(256);
   auto group = make_local_group(2);
   lr_schedule schedule;
   std::vector<float> before, after;
@@ -64,12 +69,7 @@ TEST(PendingState, AnAbortBetweenUpdateAndGatherLeavesTheStateUntouched) {
 // step through the pending state, for each optimizer.
 TEST(PendingState, AnUpdateInPlaceIsBitwiseTheStepThroughThePendingState) {
   set_blas_threads(1);
-  const mlp_spec spec{{16, 12, 4}, activation::relu, loss_kind::cross_entropy};
-  synthetic_options o;
-  o.rows = 64;
-  o.features = 16;
-  o.classes = 4;
-  const dataset data = make_synthetic(o);
+  const dataset data = small_data(64);
   std::vector<std::uint32_t> rows(40);
   for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<std::uint32_t>(i);
   optimizer_config sgd, nesterov, adamw;

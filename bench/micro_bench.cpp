@@ -9,6 +9,8 @@
 
 #include <benchmark/benchmark.h>
 
+#include <array>
+
 #include <algorithm>
 #include <atomic>
 #include <map>
@@ -114,23 +116,40 @@ void BM_SoftmaxCrossEntropy(benchmark::State& state) {
 }
 BENCHMARK(BM_SoftmaxCrossEntropy);
 
+// range(0): 0 SGD momentum, 1 AdamW; range(1): 0 in place (a member alone),
+// 1 from the current into the pending state (Note [Pending state]).
 void BM_OptimizerStep(benchmark::State& state) {
   flush_denormals_to_zero();
   optimizer_config cfg;
   cfg.kind = state.range(0) == 0 ? optimizer_kind::sgd : optimizer_kind::adamw;
-  std::vector<float> params = random_floats(mlp_parameters, 1), grads = random_floats(mlp_parameters, 2);
-  std::vector<std::vector<float>> slots(optimizer_slot_names(cfg).size(), std::vector<float>(mlp_parameters));
-  std::vector<std::span<float>> views(slots.begin(), slots.end());
+  const bool apart = state.range(1) == 1;
+  const std::size_t n_slots = optimizer_slot_names(cfg).size();
+  std::vector<float> grads = random_floats(mlp_parameters, 2);
+  // Two copies of the state, swapped after each step when apart.
+  std::vector<std::vector<float>> params{random_floats(mlp_parameters, 1), random_floats(mlp_parameters, 1)};
+  std::vector<std::vector<float>> slots(2 * n_slots, std::vector<float>(mlp_parameters));
   std::int64_t step = 0;
+  int current = 0;
   for (auto _ : state) {
-    optimizer_step(cfg, params, grads, views, 1.0f / 64, 0.01, step++);
+    const int out = apart ? 1 - current : current;
+    std::array<std::span<const float>, 2> in_views;
+    std::array<std::span<float>, 2> out_views;
+    for (std::size_t s = 0; s < n_slots; ++s) {
+      in_views[s] = slots[static_cast<std::size_t>(current) * n_slots + s];
+      out_views[s] = slots[static_cast<std::size_t>(out) * n_slots + s];
+    }
+    optimizer_step(cfg, params[static_cast<std::size_t>(current)], params[static_cast<std::size_t>(out)], grads,
+                   std::span<const std::span<const float>>(in_views.data(), n_slots),
+                   std::span<const std::span<float>>(out_views.data(), n_slots), 1.0f / 64, 0.01, step++);
+    current = out;
     benchmark::ClobberMemory();
   }
-  state.SetLabel(cfg.kind == optimizer_kind::sgd ? "SGD momentum, 235146 parameters" : "AdamW, 235146 parameters");
+  state.SetLabel(std::string(cfg.kind == optimizer_kind::sgd ? "SGD momentum" : "AdamW") +
+                 (apart ? ", into the pending state" : ", in place") + ", 235146 parameters");
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * mlp_parameters * sizeof(float) *
                                                     (cfg.kind == optimizer_kind::sgd ? 5 : 7)));
 }
-BENCHMARK(BM_OptimizerStep)->Arg(0)->Arg(1);
+BENCHMARK(BM_OptimizerStep)->Args({0, 0})->Args({1, 0})->Args({0, 1})->Args({1, 1});
 
 void BM_ForwardBackward(benchmark::State& state) {
   set_blas_threads(1);

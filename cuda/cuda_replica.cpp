@@ -47,6 +47,7 @@ cuda_replica::cuda_replica(mlp_spec spec, optimizer_config opt, std::size_t micr
   y_ = device_buffer<std::int32_t>(micro_batch_);
   host_indices_ = pinned_buffer<std::uint32_t>(micro_batch_);
   indices_ = device_buffer<std::uint32_t>(micro_batch_);
+  host_small_ = pinned_buffer<small_values>(1);
   loss_sum_ = device_buffer<double>(1);
   correct_ = device_buffer<unsigned long long>(1);
   sync(stream_.get());
@@ -193,13 +194,15 @@ const float* cuda_replica::forward(std::size_t n) {
   return in;
 }
 
+// Small reads and writes go through pinned memory: a copy to or from pageable
+// memory would block the thread until the stream gets there, with no deadline.
 batch_stats cuda_replica::read_stats(std::size_t n) {
-  double loss = 0.0;
-  unsigned long long correct = 0;
-  CUDA_CHECK(cudaMemcpyAsync(&loss, loss_sum_.data(), sizeof loss, cudaMemcpyDeviceToHost, stream_.get()));
-  CUDA_CHECK(cudaMemcpyAsync(&correct, correct_.data(), sizeof correct, cudaMemcpyDeviceToHost, stream_.get()));
+  CUDA_CHECK(cudaMemcpyAsync(&host_small_.data()->loss, loss_sum_.data(), sizeof(double), cudaMemcpyDeviceToHost,
+                             stream_.get()));
+  CUDA_CHECK(cudaMemcpyAsync(&host_small_.data()->correct, correct_.data(), sizeof(unsigned long long),
+                             cudaMemcpyDeviceToHost, stream_.get()));
   sync(stream_.get());
-  return {loss, static_cast<std::int64_t>(correct), static_cast<std::int64_t>(n)};
+  return {host_small_.data()->loss, static_cast<std::int64_t>(host_small_.data()->correct), static_cast<std::int64_t>(n)};
 }
 
 void cuda_replica::zero_grad() {
@@ -317,8 +320,9 @@ void cuda_replica::finish_step() {
 
 std::span<float> cuda_replica::state_buffer() {
   device_guard guard(options_.device);
-  CUDA_CHECK(cudaMemcpyAsync(state().data() + layout_.layout.size(), &steps_, sizeof steps_, cudaMemcpyHostToDevice,
-                             stream_.get()));
+  host_small_.data()->steps = steps_;
+  CUDA_CHECK(cudaMemcpyAsync(state().data() + layout_.layout.size(), &host_small_.data()->steps, sizeof steps_,
+                             cudaMemcpyHostToDevice, stream_.get()));
   sync(stream_.get());
   return state().span();
 }
@@ -328,11 +332,10 @@ std::span<float> cuda_replica::state_buffer() {
 void cuda_replica::on_state_replaced() {
   device_guard guard(options_.device);
   // The step counter came with the broadcast, in the state's tail.
-  std::int64_t steps = 0;
-  CUDA_CHECK(cudaMemcpyAsync(&steps, state().data() + layout_.layout.size(), sizeof steps, cudaMemcpyDeviceToHost,
-                             stream_.get()));
+  CUDA_CHECK(cudaMemcpyAsync(&host_small_.data()->steps, state().data() + layout_.layout.size(), sizeof(std::int64_t),
+                             cudaMemcpyDeviceToHost, stream_.get()));
   sync(stream_.get());
-  steps_ = steps;
+  steps_ = host_small_.data()->steps;
 }
 
 std::vector<float> cuda_replica::export_state() const {

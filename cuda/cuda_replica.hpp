@@ -137,6 +137,12 @@ class cuda_replica final : public replica {
   device_buffer<std::int32_t> y_;
   pinned_buffer<std::uint32_t> host_indices_;
   device_buffer<std::uint32_t> indices_;
+  struct small_values {  // pinned: See read_stats()
+    double loss = 0.0;
+    unsigned long long correct = 0;
+    std::int64_t steps = 0;
+  };
+  pinned_buffer<small_values> host_small_;
   device_buffer<double> loss_sum_;
   device_buffer<unsigned long long> correct_;
   std::map<const float*, device_dataset> datasets_;

@@ -151,43 +151,37 @@ std::span<const float> step_runner::reduce_header(const computed& c, std::size_t
 std::span<const float> step_runner::synchronize(const computed& c, std::size_t returned, replica& model,
                                                 collective& comm, const collective_options& options,
                                                 late_observer* observer, const lr_schedule& schedule) {
-  // A member alone gathers nothing: it updates in place (See
-  // replica::update_in_place), after its collectives, which may still fail.
-  const bool alone = comm.size() == 1;
-  if (!comm.overlaps_compute()) {
-    reduce_header(c, returned, comm, options, observer);
-    // See Note [Sharded optimizer step].
-    const std::span<float> grads = model.gradients();
-    comm.reduce_scatter_sum(grads, options);
-    const double lr = schedule.at(model.optimizer_steps());
-    if (alone) {
-      model.update_in_place(lr, header_[h_samples]);
-      return header_;
-    }
-    const auto [begin, end] = comm.chunk(grads.size(), comm.rank());
-    model.apply_update(lr, header_[h_samples], begin, end);
-    comm.all_gather(model.state_sections(), options);
-    model.finish_step();
-    return header_;
-  }
-  // See Note [Gradient buckets]: the buckets not started during backward
-  // start now, in order, then the header follows them on every member.
-  if (c.overlapped != &comm) starter_.begin_step(buckets(model), &comm, model.native_stream());
   const std::span<float> grads = model.gradients();
-  starter_.finish(grads);
-  reduce_header(c, returned, comm, options, observer);
+  // See Note [Sharded optimizer step], and Note [Gradient buckets] for a
+  // backend that overlaps: its buckets not started during backward start now,
+  // in order, and the header follows them on every member. Otherwise the
+  // gradients are one part, reduced after the header.
+  std::span<const gradient_bucket> parts;
+  if (comm.overlaps_compute()) {
+    if (c.overlapped != &comm) starter_.begin_step(buckets(model), &comm, model.native_stream());
+    starter_.finish(grads);
+    reduce_header(c, returned, comm, options, observer);
+    parts = buckets(model);
+  } else {
+    reduce_header(c, returned, comm, options, observer);
+    comm.reduce_scatter_sum(grads, options);
+    whole_ = {0, grads.size(), 0};
+    parts = {&whole_, 1};
+  }
   const double lr = schedule.at(model.optimizer_steps());
-  if (alone) {
+  // A member alone gathers nothing, so no collective can fail after its
+  // update: it updates in place (See replica::update_in_place).
+  if (comm.size() == 1) {
     model.update_in_place(lr, header_[h_samples]);
     return header_;
   }
-  for (const gradient_bucket& b : buckets(model)) {
+  for (const gradient_bucket& b : parts) {
     const auto [begin, end] = comm.chunk(b.size(), comm.rank());
     model.apply_update(lr, header_[h_samples], b.begin + begin, b.begin + end);
   }
   gather_parts_.clear();  // keeps its capacity
   for (const std::span<float> section : model.state_sections())
-    for (const gradient_bucket& b : buckets(model)) gather_parts_.push_back(section.subspan(b.begin, b.size()));
+    for (const gradient_bucket& b : parts) gather_parts_.push_back(section.subspan(b.begin, b.size()));
   comm.all_gather(gather_parts_, options);
   model.finish_step();
   return header_;

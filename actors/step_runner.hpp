@@ -108,6 +108,7 @@ class step_runner {
   bucket_limits bucket_limits_;
   std::vector<gradient_bucket> buckets_;
   bucket_starter starter_;
+  gradient_bucket whole_;                       // the gradients as one part, without buckets
   std::vector<std::span<float>> gather_parts_;  // state sections cut by bucket
   rolling_median compute_times_{64};  // of complete shards, all members (from the headers)
 };

@@ -49,12 +49,9 @@ class nccl_driver final : public collective_driver {
   }
 
   void all_reduce_sum(float* data, std::size_t n) override {
-    std::lock_guard lock(mutex_);
-    device_scope on_device(device_);
-    float* buf = stage_in(data, n);
-    check_nccl(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm_, stream_), "ncclAllReduce");
-    settle();
-    stage_out(n);
+    staged_call(data, n, [&](float* buf) {
+      check_nccl(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm_, stream_), "ncclAllReduce");
+    });
   }
 
   // A gradient bucket: device memory the replica's stream is still writing.
@@ -74,12 +71,9 @@ class nccl_driver final : public collective_driver {
   }
 
   void broadcast(float* data, std::size_t n, int root) override {
-    std::lock_guard lock(mutex_);
-    device_scope on_device(device_);
-    float* buf = stage_in(data, n);
-    check_nccl(ncclBroadcast(buf, buf, n, ncclFloat, root, comm_, stream_), "ncclBroadcast");
-    settle();
-    stage_out(n);
+    staged_call(data, n, [&](float* buf) {
+      check_nccl(ncclBroadcast(buf, buf, n, ncclFloat, root, comm_, stream_), "ncclBroadcast");
+    });
   }
 
   void all_gather_chunks(std::span<const std::span<float>> buffers,
@@ -164,6 +158,18 @@ class nccl_driver final : public collective_driver {
   static void check_nccl(ncclResult_t r, const char* call) {
     if (r != ncclSuccess && r != ncclInProgress)
       throw std::runtime_error(std::string(call) + " failed: " + ncclGetErrorString(r));
+  }
+
+  // One call on `data`, which may be host memory (See stage_in): `call`
+  // enqueues the collective on the buffer it is given.
+  template <class Call>
+  void staged_call(float* data, std::size_t n, Call call) {
+    std::lock_guard lock(mutex_);
+    device_scope on_device(device_);
+    float* buf = stage_in(data, n);
+    call(buf);
+    settle();
+    stage_out(n);
   }
 
   // A non-blocking communicator may return from a call before the work is on

@@ -1,8 +1,12 @@
-// GPU step time of the CUDA replica (one GPU, no collective), against the
-// GEMM rate cuBLAS reaches on the same GPU. Prints one JSON line per case;
-// scripts/gpu-check runs it beside bench/pytorch_gpu.py and prints the table.
+// GPU step time of the CUDA replica against the GEMM rate cuBLAS reaches on
+// the same GPU. Prints one JSON line per case; scripts/gpu-check runs it
+// beside bench/pytorch_gpu.py and prints the table.
 //
-//   gpu_bench        # default MLP at batch 256 and 4096, wide MLP at 4096
+//   gpu_bench   # default MLP at batch 256 and 4096, wide MLP at 4096, each as
+//               # one replica alone steps (resident data, update in place);
+//               # then the same with streamed data, and through the step
+//               # runner over NCCL with one rank (gradient buckets started
+//               # during backward), which have no PyTorch counterpart
 
 #include <algorithm>
 #include <chrono>
@@ -10,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "actors/step_runner.hpp"
+#include "comms/nccl.hpp"
 #include "cuda/blas.hpp"
 #include "cuda/cuda_replica.hpp"
 #include "cuda/resources.hpp"
@@ -19,34 +25,55 @@
 namespace dpactor {
 namespace {
 
-double time_steps(cuda_replica& model, const dataset& data, std::size_t batch, int steps) {
-  std::vector<std::uint32_t> rows(batch);
+// How a step is driven: the replica's own calls, as a member alone does
+// them, or the step runner over a collective (NCCL, one rank).
+enum class driver { replica_alone, nccl_runner };
+
+double time_steps(cuda_replica& model, const dataset& data, std::size_t batch, int steps, driver how,
+                  step_runner& runner, collective_group* group, collective* comm) {
+  step_shard shard{0, 0, std::vector<std::uint32_t>(batch)};
   rng gen(1);
+  device_control control;
   const auto start = std::chrono::steady_clock::now();
   for (int s = 0; s < steps; ++s) {
-    for (auto& r : rows) r = static_cast<std::uint32_t>(gen.below(data.rows));
+    for (auto& r : shard.indices) r = static_cast<std::uint32_t>(gen.below(data.rows));
+    if (how == driver::nccl_runner) {
+      const auto c = runner.compute(shard, model, data, control, *group, comm);
+      runner.synchronize(c, 0, model, *comm, {}, nullptr, lr_schedule{});
+      ++shard.step;
+      continue;
+    }
     model.zero_grad();
-    model.accumulate(data.batch(rows));  // reads its loss back: a synchronisation per step
+    model.accumulate(data.batch(shard.indices));  // reads its loss back: a synchronisation per step
     model.gradients();
-    model.apply_update(0.01, model.samples(), 0, model.layout().parameter_size);
-    model.finish_step();
+    model.update_in_place(0.01, model.samples());
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / steps;
 }
 
-void bench_mlp(const std::string& name, const mlp_spec& spec, std::size_t batch) {
+void bench_mlp(const std::string& name, const mlp_spec& spec, std::size_t batch,
+               cuda_data_placement data_placement = cuda_data_placement::resident, driver how = driver::replica_alone) {
   synthetic_options o;
   o.rows = std::max<std::size_t>(batch * 4, 16384);
   o.features = static_cast<std::size_t>(spec.inputs());
   o.classes = spec.outputs();
   const dataset data = make_synthetic(o);
-  cuda_replica model(spec, optimizer_config{}, batch, cuda_replica_options{});
+  cuda_replica_options options;
+  options.data = data_placement;
+  cuda_replica model(spec, optimizer_config{}, batch, options);
   std::vector<float> state(model.layout().total_size(), 0.0f);
   init_mlp_parameters(spec, std::span<float>(state).first(model.layout().parameter_size), 1);
   model.import_state(state);
-  time_steps(model, data, batch, 20);  // warm-up: dataset upload, cuBLAS heuristics
+  std::shared_ptr<collective_group> group;
+  std::unique_ptr<collective> comm;
+  if (how == driver::nccl_runner) {
+    group = make_nccl_group({0});
+    comm = group->endpoint(0);
+  }
+  step_runner runner(0, {}, 1, 2.0, 0.001);  // DDP's bucket sizes
+  time_steps(model, data, batch, 20, how, runner, group.get(), comm.get());  // warm-up: uploads, cuBLAS heuristics
   std::vector<double> t;
-  for (int r = 0; r < 5; ++r) t.push_back(time_steps(model, data, batch, 50));
+  for (int r = 0; r < 5; ++r) t.push_back(time_steps(model, data, batch, 50, how, runner, group.get(), comm.get()));
   std::sort(t.begin(), t.end());
   const double step = t[t.size() / 2];
   std::printf("{\"case\": \"%s\", \"batch\": %zu, \"step_us\": %.1f, \"tflops\": %.2f}\n", name.c_str(), batch, step * 1e6,
@@ -90,5 +117,11 @@ int main() {
   bench_mlp("mlp_784_256_128_10", mlp, 256);
   bench_mlp("mlp_784_256_128_10", mlp, 4096);
   bench_mlp("wide_4x4096", wide, 4096);
+  // No PyTorch counterpart: the cost of streaming the data (See Note [Data on
+  // the GPU]) and of the engine's step over NCCL with gradient buckets.
+  bench_mlp("mlp_784_256_128_10_streamed", mlp, 256, cuda_data_placement::streamed);
+  bench_mlp("wide_4x4096_streamed", wide, 4096, cuda_data_placement::streamed);
+  bench_mlp("mlp_784_256_128_10_nccl_runner", mlp, 256, cuda_data_placement::resident, driver::nccl_runner);
+  bench_mlp("wide_4x4096_nccl_runner", wide, 4096, cuda_data_placement::resident, driver::nccl_runner);
   return 0;
 }

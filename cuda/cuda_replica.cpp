@@ -338,11 +338,25 @@ void cuda_replica::on_state_replaced() {
   steps_ = host_small_.data()->steps;
 }
 
+// Whole-state copies also go through pinned memory (allocated on first use)
+// and poll: a copy to pageable memory would wait for the stream without a
+// deadline.
+float* cuda_replica::staging() const {
+  if (staging_.size() < state().size()) staging_ = pinned_buffer<float>(state().size());
+  return staging_.data();
+}
+
+void cuda_replica::download(float* out, const float* from, std::size_t n) const {
+  float* stage = staging();
+  CUDA_CHECK(cudaMemcpyAsync(stage, from, n * sizeof(float), cudaMemcpyDeviceToHost, stream_.get()));
+  sync(stream_.get());
+  std::memcpy(out, stage, n * sizeof(float));
+}
+
 std::vector<float> cuda_replica::export_state() const {
   device_guard guard(options_.device);
   std::vector<float> out(state().size());
-  CUDA_CHECK(cudaMemcpyAsync(out.data(), state().data(), out.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_.get()));
-  sync(stream_.get());
+  download(out.data(), state().data(), out.size());
   write_step_counter(out, layout_, steps_);
   return out;
 }
@@ -352,7 +366,9 @@ void cuda_replica::import_state(std::span<const float> state) {
     throw std::invalid_argument("state has " + std::to_string(state.size()) + " floats, the replica " +
                                 std::to_string(this->state().size()));
   device_guard guard(options_.device);
-  CUDA_CHECK(cudaMemcpyAsync(this->state().data(), state.data(), state.size() * sizeof(float), cudaMemcpyHostToDevice,
+  float* stage = staging();
+  std::memcpy(stage, state.data(), state.size() * sizeof(float));
+  CUDA_CHECK(cudaMemcpyAsync(this->state().data(), stage, state.size() * sizeof(float), cudaMemcpyHostToDevice,
                              stream_.get()));
   sync(stream_.get());
   steps_ = read_step_counter(state, layout_);
@@ -360,9 +376,7 @@ void cuda_replica::import_state(std::span<const float> state) {
 
 void cuda_replica::copy_parameters(std::span<float> out) const {
   device_guard guard(options_.device);
-  CUDA_CHECK(cudaMemcpyAsync(out.data(), state().data(), layout_.parameter_size * sizeof(float), cudaMemcpyDeviceToHost,
-                             stream_.get()));
-  sync(stream_.get());
+  download(out.data(), state().data(), layout_.parameter_size);
 }
 
 std::uint64_t cuda_replica::parameter_checksum() const {

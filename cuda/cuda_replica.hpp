@@ -112,6 +112,9 @@ class cuda_replica final : public replica {
   void write_update(double lr, double total_samples, std::size_t begin, std::size_t end,
                     const std::vector<std::span<float>>& to);
   void sync(cudaStream_t stream) const;
+  // Pinned memory for whole-state copies, and a device-to-host copy through it.
+  float* staging() const;
+  void download(float* out, const float* from, std::size_t n) const;
   const device_buffer<float>& state() const noexcept { return states_[current_]; }
 
   // Makes the replica's device current before the members below allocate.
@@ -143,6 +146,7 @@ class cuda_replica final : public replica {
     std::int64_t steps = 0;
   };
   pinned_buffer<small_values> host_small_;
+  mutable pinned_buffer<float> staging_;  // See staging()
   device_buffer<double> loss_sum_;
   device_buffer<unsigned long long> correct_;
   std::map<const float*, device_dataset> datasets_;

@@ -58,18 +58,26 @@ class cuda_event {
 bool wait_for_event(const cuda_event& event, std::chrono::steady_clock::time_point deadline,
                     const std::function<bool()>& interrupt = {});
 
-template <class T>
-class device_buffer {
+enum class memory_kind { device, pinned_host };
+
+// An allocation of n elements of T in device memory or in pinned host memory
+// (host memory the GPU copies from and to asynchronously). Move-only.
+template <class T, memory_kind Kind>
+class cuda_buffer {
  public:
-  device_buffer() = default;
-  explicit device_buffer(std::size_t n) : size_(n) {
-    if (n > 0) CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&data_), n * sizeof(T)));
+  cuda_buffer() = default;
+  explicit cuda_buffer(std::size_t n) : size_(n) {
+    if (n == 0) return;
+    if constexpr (Kind == memory_kind::device) CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&data_), n * sizeof(T)));
+    else CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&data_), n * sizeof(T)));
   }
-  ~device_buffer() {
-    if (data_ != nullptr) cudaFree(data_);
+  ~cuda_buffer() {
+    if (data_ == nullptr) return;
+    if constexpr (Kind == memory_kind::device) cudaFree(data_);
+    else cudaFreeHost(data_);
   }
-  device_buffer(device_buffer&& o) noexcept : data_(o.data_), size_(o.size_) { o.data_ = nullptr; o.size_ = 0; }
-  device_buffer& operator=(device_buffer&& o) noexcept {
+  cuda_buffer(cuda_buffer&& o) noexcept : data_(o.data_), size_(o.size_) { o.data_ = nullptr; o.size_ = 0; }
+  cuda_buffer& operator=(cuda_buffer&& o) noexcept {
     std::swap(data_, o.data_);
     std::swap(size_, o.size_);
     return *this;
@@ -77,6 +85,12 @@ class device_buffer {
   T* data() const noexcept { return data_; }
   std::size_t size() const noexcept { return size_; }
   std::span<T> span() const noexcept { return {data_, size_}; }
+  // Host memory only: elements are read and written by the host.
+  T& operator[](std::size_t i) const noexcept
+    requires(Kind == memory_kind::pinned_host)
+  {
+    return data_[i];
+  }
 
  private:
   T* data_ = nullptr;
@@ -84,29 +98,9 @@ class device_buffer {
 };
 
 template <class T>
-class pinned_buffer {
- public:
-  pinned_buffer() = default;
-  explicit pinned_buffer(std::size_t n) : size_(n) {
-    if (n > 0) CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&data_), n * sizeof(T)));
-  }
-  ~pinned_buffer() {
-    if (data_ != nullptr) cudaFreeHost(data_);
-  }
-  pinned_buffer(pinned_buffer&& o) noexcept : data_(o.data_), size_(o.size_) { o.data_ = nullptr; o.size_ = 0; }
-  pinned_buffer& operator=(pinned_buffer&& o) noexcept {
-    std::swap(data_, o.data_);
-    std::swap(size_, o.size_);
-    return *this;
-  }
-  T* data() const noexcept { return data_; }
-  std::size_t size() const noexcept { return size_; }
-  T& operator[](std::size_t i) const noexcept { return data_[i]; }
-
- private:
-  T* data_ = nullptr;
-  std::size_t size_ = 0;
-};
+using device_buffer = cuda_buffer<T, memory_kind::device>;
+template <class T>
+using pinned_buffer = cuda_buffer<T, memory_kind::pinned_host>;
 
 // Visible CUDA devices. An error from the runtime (cudaGetDeviceCount fails
 // on a machine without a GPU or driver) counts as none; `why` says why.

@@ -360,8 +360,18 @@ void check_hangs(reducer_ptr self) {
 void on_late(reducer_ptr self, const late_msg& msg) {
   auto& st = self->state;
   if (msg.step <= st.committed) return;
-  if (st.late.step != msg.step) st.late = {msg.step, msg.missing, {}};
+  // A member missing in one report may have arrived by the next: the
+  // suspects are those missing from every report of the step, and never a
+  // member that reported waiting itself.
+  if (st.late.step != msg.step) {
+    st.late = {msg.step, msg.missing, {}};
+  } else if (!msg.missing.empty()) {
+    std::erase_if(st.late.missing, [&](std::int32_t r) {
+      return std::find(msg.missing.begin(), msg.missing.end(), r) == msg.missing.end();
+    });
+  }
   st.late.waiting.push_back(msg.rank);
+  std::erase(st.late.missing, msg.rank);
   if (msg.missing.empty()) {
     // The backend cannot tell who is missing (NCCL): the members that have not
     // said they are waiting. One still waiting short of its own deadline may

@@ -48,6 +48,21 @@ struct collective_options {
   std::chrono::steady_clock::time_point late_at{};
 };
 
+// Note [Posted memory outlives an abort]
+// A call may let the other ranks read and write the memory it was given (the
+// local backend sums and copies straight between the ranks' buffers; NCCL
+// reads peers' device memory). So no call returns, normally or by throwing,
+// while a peer may still touch that memory, however the group ends: the
+// caller frees it as soon as the call returns (a device actor that leaves a
+// failed generation destroys its step runner). An abort therefore still
+// waits, briefly, for every peer that has begun touching this rank's memory
+// to stop: the local backend's closing barrier drains (comms/spin_barrier),
+// the driver group aborts every rank's driver before any returns. A peer
+// that cannot be waited for (a thread that is never scheduled again) makes
+// the group poisoned: the process stops with a message saying so rather than
+// return into memory that a peer would corrupt. tests/collective_abort_test
+// is the abort storm that checks this under AddressSanitizer.
+
 // One rank's endpoint of a group; used by that rank's thread only.
 class collective {
  public:

@@ -23,6 +23,7 @@ struct group_state {
   std::mutex mutex;
   std::vector<collective_driver*> drivers;  // for abort() from outside
 
+  // Returns once every driver of the group is aborted.
   void abort_all() {
     aborted = true;
     std::lock_guard lock(mutex);
@@ -110,9 +111,12 @@ class driver_endpoint final : public collective {
         case collective_driver::state::pending: break;
       }
       if (group_->aborted) {
-        // The abort may have come just after this rank's work finished: the
-        // driver, once aborted, says whether it had (work done stands).
-        driver_->abort();
+        // Every rank's driver is aborted before this rank leaves: none still
+        // works on this rank's memory (See Note [Posted memory outlives an
+        // abort]). The abort may have come just after this rank's work
+        // finished: the driver, once aborted, says whether it had (work done
+        // stands).
+        group_->abort_all();
         if (driver_->poll(error) == collective_driver::state::done) return;
         throw collective_error(collective_errc::aborted, what(op, "aborted"));
       }

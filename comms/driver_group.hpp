@@ -39,7 +39,9 @@ class collective_driver {
   // Whether the communicator's set-up and everything enqueued have finished;
   // `failed` with `error` set on an asynchronous error.
   virtual state poll(std::string& error) = 0;
-  // Thread-safe; pending and later work fails.
+  // Thread-safe; pending and later work fails. On return, no work of this
+  // driver touches the memory it was given (See Note [Posted memory outlives
+  // an abort]).
   virtual void abort() noexcept = 0;
 };
 

@@ -3,7 +3,8 @@
 #include <algorithm>
 #include <array>
 #include <span>
-#include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -48,17 +49,36 @@ DPACTOR_MULTIVERSION void sum_in_rank_order(float* const* bufs, int ranks, std::
 }
 
 struct shared_state {
-  shared_state(int n, const local_group_options& o)
-      : ranks(n), barrier(n, o.spin_time, o.oversubscribed), buffers(static_cast<std::size_t>(n)), sizes(static_cast<std::size_t>(n)),
-                                 roots(static_cast<std::size_t>(n)), gathers(static_cast<std::size_t>(n)) {}
+  shared_state(int n, local_group_options o)
+      : ranks(n),
+        options(std::move(o)),
+        barrier(n, options.spin_time, options.oversubscribed),
+        buffers(static_cast<std::size_t>(n)),
+        sizes(static_cast<std::size_t>(n)),
+        roots(static_cast<std::size_t>(n)),
+        gathers(static_cast<std::size_t>(n)) {}
   const int ranks;
+  const local_group_options options;
   spin_barrier barrier;
+  // What each rank posted for the current call. See Note [Posted memory
+  // outlives an abort].
   std::vector<float*> buffers;
   std::vector<std::size_t> sizes;
   std::vector<int> roots;
   std::vector<std::span<const std::span<float>>> gathers;  // all_gather's buffer lists
-  std::atomic<int> broken{-1};  // collective_errc of the first failure, or -1
 };
+
+// See Note [Posted memory outlives an abort]. No return is safe: the caller
+// would free memory a peer may still write.
+[[noreturn]] void poisoned(int rank, const char* op, std::chrono::milliseconds bound) {
+  std::fprintf(stderr,
+               "dpactor: fatal: local collective poisoned: rank %d could not leave %s after the group was aborted: "
+               "a peer rank did not leave the exchange within %lld ms and may still use this rank's memory. "
+               "Stopping the process rather than corrupting its heap.\n",
+               rank, op, static_cast<long long>(bound.count()));
+  std::fflush(stderr);
+  std::abort();
+}
 
 class local_endpoint final : public collective {
  public:
@@ -73,121 +93,131 @@ class local_endpoint final : public collective {
 
   void all_reduce_sum(std::span<float> data, const collective_options& options) override {
     if (alone()) return;
-    const auto deadline = spin_barrier::clock::now() + options.timeout;
-    post(data.data(), data.size(), 0);
-    wait(deadline, "all_reduce", &options);
-    check_uniform(data.size(), "all_reduce");
-    const int n = state_->ranks;
     // This rank owns chunk rank_: it sums the chunk in rank order and writes
     // the sum straight into every rank's buffer (only the owner reads or
     // writes a chunk, so no rank waits between the two halves).
-    const auto [begin, end] = chunk(data.size(), rank_);
-    sum_in_rank_order(state_->buffers.data(), n, begin, end, nullptr);
-    // Nobody may return, and reuse its buffer, while another rank still writes it.
-    wait(deadline, "all_reduce");
+    exchange("all_reduce", data.data(), data.size(), 0, options, [&] {
+      const auto [begin, end] = chunk(data.size(), rank_);
+      sum_in_rank_order(state_->buffers.data(), state_->ranks, begin, end, nullptr);
+      return std::string();
+    });
   }
 
   void reduce_scatter_sum(std::span<float> data, const collective_options& options) override {
     if (alone()) return;
-    const auto deadline = spin_barrier::clock::now() + options.timeout;
-    post(data.data(), data.size(), 0);
-    wait(deadline, "reduce_scatter", &options);
-    check_uniform(data.size(), "reduce_scatter");
-    const auto [begin, end] = chunk(data.size(), rank_);
-    sum_in_rank_order(state_->buffers.data(), state_->ranks, begin, end, data.data());
-    wait(deadline, "reduce_scatter");
+    exchange("reduce_scatter", data.data(), data.size(), 0, options, [&] {
+      const auto [begin, end] = chunk(data.size(), rank_);
+      sum_in_rank_order(state_->buffers.data(), state_->ranks, begin, end, data.data());
+      return std::string();
+    });
   }
 
   void all_gather(std::span<const std::span<float>> buffers, const collective_options& options) override {
     if (alone()) return;
-    const auto deadline = spin_barrier::clock::now() + options.timeout;
     state_->gathers[static_cast<std::size_t>(rank_)] = buffers;
-    post(nullptr, buffers.size(), 0);
-    wait(deadline, "all_gather", &options);
-    check_uniform(buffers.size(), "all_gather");
-    for (int k = 0; k < state_->ranks; ++k) {
-      if (k == rank_) continue;
-      const auto& theirs = state_->gathers[static_cast<std::size_t>(k)];
-      for (std::size_t b = 0; b < buffers.size(); ++b) {
-        if (theirs[b].size() != buffers[b].size())
-          fail(collective_errc::mismatch, "all_gather: buffer " + std::to_string(b) + " has " + std::to_string(buffers[b].size()) +
-                                              " floats here, " + std::to_string(theirs[b].size()) + " on rank " + std::to_string(k));
-        const auto [kb, ke] = chunk(buffers[b].size(), k);
-        if (ke > kb) std::memcpy(buffers[b].data() + kb, theirs[b].data() + kb, (ke - kb) * sizeof(float));
+    exchange("all_gather", nullptr, buffers.size(), 0, options, [&] {
+      // Every rank checks every list before any copies, so a mismatch
+      // fails every rank with nothing copied.
+      for (int k = 0; k < state_->ranks; ++k) {
+        const auto& theirs = state_->gathers[static_cast<std::size_t>(k)];
+        for (std::size_t b = 0; b < buffers.size(); ++b)
+          if (theirs[b].size() != buffers[b].size())
+            return "buffer " + std::to_string(b) + " has " + std::to_string(buffers[b].size()) + " floats on rank " +
+                   std::to_string(rank_) + ", " + std::to_string(theirs[b].size()) + " on rank " + std::to_string(k);
       }
-    }
-    wait(deadline, "all_gather");
+      for (int k = 0; k < state_->ranks; ++k) {
+        if (k == rank_) continue;
+        const auto& theirs = state_->gathers[static_cast<std::size_t>(k)];
+        for (std::size_t b = 0; b < buffers.size(); ++b) {
+          const auto [kb, ke] = chunk(buffers[b].size(), k);
+          if (ke > kb) std::memcpy(buffers[b].data() + kb, theirs[b].data() + kb, (ke - kb) * sizeof(float));
+        }
+      }
+      return std::string();
+    });
   }
 
   void broadcast(std::span<float> data, int root, const collective_options& options) override {
-    const auto deadline = spin_barrier::clock::now() + options.timeout;
-    if (root == 0 && alone()) return;
     if (root < 0 || root >= state_->ranks) {
-      fail(collective_errc::mismatch, "broadcast: root " + std::to_string(root) + " is not a rank of a group of " +
-                                          std::to_string(state_->ranks));
+      state_->barrier.abort();
+      throw error(collective_errc::mismatch, "broadcast: root " + std::to_string(root) + " is not a rank of a group of " +
+                                                 std::to_string(state_->ranks));
     }
-    post(data.data(), data.size(), root);
-    wait(deadline, "broadcast", &options);
-    check_uniform(data.size(), "broadcast");
-    if (rank_ != root && !data.empty())
-      std::memcpy(data.data(), state_->buffers[static_cast<std::size_t>(root)], data.size() * sizeof(float));
-    wait(deadline, "broadcast");
+    if (alone()) return;
+    exchange("broadcast", data.data(), data.size(), root, options, [&] {
+      if (rank_ != root && !data.empty())
+        std::memcpy(data.data(), state_->buffers[static_cast<std::size_t>(root)], data.size() * sizeof(float));
+      return std::string();
+    });
   }
 
   void barrier(const collective_options& options) override {
-    wait(spin_barrier::clock::now() + options.timeout, "barrier", &options);
+    open(spin_barrier::clock::now() + options.timeout, "barrier", options);
   }
 
  private:
   // A group of one has nothing to exchange, but an aborted one still fails.
   bool alone() const {
     if (state_->ranks != 1) return false;
-    if (state_->barrier.aborted())
-      throw collective_error(collective_errc::aborted, "local collective, rank 0: aborted");
+    if (state_->barrier.aborted()) throw error(collective_errc::aborted, "aborted");
     return true;
   }
 
-  void post(float* data, std::size_t size, int root) {
+  // One call that touches the other ranks' posted memory: post this rank's,
+  // pass the opening barrier, run `touch` (returns a mismatch, or "") and
+  // leave through the closing barrier, which no rank passes or leaves while
+  // a peer may still be inside `touch`. See Note [Posted memory outlives an
+  // abort].
+  template <class Touch>
+  void exchange(const char* op, float* data, std::size_t size, int root, const collective_options& options, Touch touch) {
+    const auto deadline = spin_barrier::clock::now() + options.timeout;
     const auto r = static_cast<std::size_t>(rank_);
     state_->buffers[r] = data;
     state_->sizes[r] = size;
     state_->roots[r] = root;
-  }
-
-  [[noreturn]] void fail(collective_errc code, const std::string& what) {
-    int expected = -1;
-    state_->broken.compare_exchange_strong(expected, static_cast<int>(code));
-    state_->barrier.abort();
-    throw collective_error(code, "local collective, rank " + std::to_string(rank_) + ": " + what);
-  }
-
-  void wait(spin_barrier::clock::time_point deadline, const char* op, const collective_options* late = nullptr) {
-    late_observer* observer = late != nullptr ? late->observer : nullptr;
-    const auto late_at = late != nullptr ? late->late_at : spin_barrier::clock::time_point{};
-    switch (state_->barrier.arrive_and_wait(rank_, deadline, observer, late_at)) {
-      case spin_barrier::result::passed: return;
-      case spin_barrier::result::timed_out:
-        fail(collective_errc::timeout, std::string(op) + " timed out waiting for the other ranks");
-      case spin_barrier::result::aborted: {
-        const int why = state_->broken.load();
-        if (why == static_cast<int>(collective_errc::timeout))
-          throw collective_error(collective_errc::aborted,
-                                 "local collective, rank " + std::to_string(rank_) + ": " + op + " failed: another rank timed out");
-        throw collective_error(collective_errc::aborted,
-                               "local collective, rank " + std::to_string(rank_) + ": " + op + " aborted");
-      }
+    open(deadline, op, options);
+    std::string mismatch = check_uniform(size, root);
+    if (mismatch.empty()) {
+      if (state_->options.phase_hook) state_->options.phase_hook(rank_);
+      mismatch = touch();
     }
+    if (!mismatch.empty()) state_->barrier.abort();  // every rank finds the same mismatch
+    const auto closed = state_->barrier.arrive_and_drain(rank_, deadline, state_->options.drain_bound);
+    if (closed == spin_barrier::result::stuck) poisoned(rank_, op, state_->options.drain_bound);
+    if (!mismatch.empty()) throw error(collective_errc::mismatch, std::string(op) + ": " + mismatch);
+    if (closed != spin_barrier::result::passed) throw failure(closed, op);
   }
 
-  // Every rank sees the same posted sizes, so all of them detect a mismatch.
-  void check_uniform(std::size_t size, const char* op) {
+  // The barrier every call opens with; throws if it does not pass (then no
+  // rank has touched another's memory).
+  void open(spin_barrier::clock::time_point deadline, const char* op, const collective_options& options) {
+    const auto r = state_->barrier.arrive_and_wait(rank_, deadline, options.observer, options.late_at);
+    if (r != spin_barrier::result::passed) throw failure(r, op);
+  }
+
+  collective_error failure(spin_barrier::result r, const char* op) const {
+    if (r == spin_barrier::result::timed_out)
+      return error(collective_errc::timeout, std::string(op) + " timed out waiting for the other ranks");
+    if (state_->barrier.timed_out())
+      return error(collective_errc::aborted, std::string(op) + " failed: another rank timed out");
+    return error(collective_errc::aborted, std::string(op) + " aborted");
+  }
+
+  collective_error error(collective_errc code, const std::string& what) const {
+    return collective_error(code, "local collective, rank " + std::to_string(rank_) + ": " + what);
+  }
+
+  // Every rank sees the same posted sizes and roots, so all of them find a
+  // mismatch.
+  std::string check_uniform(std::size_t size, int root) const {
     for (int k = 0; k < state_->ranks; ++k) {
       const auto kk = static_cast<std::size_t>(k);
-      if (state_->sizes[kk] != size || state_->roots[kk] != state_->roots[static_cast<std::size_t>(rank_)])
-        fail(collective_errc::mismatch, std::string(op) + ": rank " + std::to_string(k) + " passed " +
-                                            std::to_string(state_->sizes[kk]) + " floats, rank " + std::to_string(rank_) +
-                                            " passed " + std::to_string(size));
+      if (state_->sizes[kk] != size || state_->roots[kk] != root)
+        return "rank " + std::to_string(k) + " passed " + std::to_string(state_->sizes[kk]) + " floats (root " +
+               std::to_string(state_->roots[kk]) + "), rank " + std::to_string(rank_) + " passed " +
+               std::to_string(size) + " (root " + std::to_string(root) + ")";
     }
+    return {};
   }
 
   std::shared_ptr<shared_state> state_;
@@ -196,14 +226,10 @@ class local_endpoint final : public collective {
 
 class local_group final : public collective_group {
  public:
-  local_group(int ranks, const local_group_options& o) : state_(std::make_shared<shared_state>(ranks, o)) {}
+  local_group(int ranks, local_group_options o) : state_(std::make_shared<shared_state>(ranks, std::move(o))) {}
   int size() const noexcept override { return state_->ranks; }
   std::unique_ptr<collective> endpoint(int rank) override { return std::make_unique<local_endpoint>(state_, rank); }
-  void abort() override {
-    int expected = -1;
-    state_->broken.compare_exchange_strong(expected, static_cast<int>(collective_errc::aborted));
-    state_->barrier.abort();
-  }
+  void abort() override { state_->barrier.abort(); }
   bool aborted() const noexcept override { return state_->barrier.aborted(); }
 
  private:

@@ -31,6 +31,7 @@ struct world {
   std::deque<pending_call> calls;  // calls[0] is call number `completed`
   std::size_t completed = 0;
   bool failed = false;
+  bool aborted = false;  // once any driver is aborted, no call is carried out
 
   // Adds this rank's part of call `seq`; the last rank to arrive carries it out.
   void arrive(std::size_t seq, int rank, const std::function<void(pending_call&)>& fill, char kind, std::size_t n) {
@@ -51,6 +52,8 @@ struct world {
     (void)rank;
     if (++c.arrived < ranks) return;
     // Calls complete in order: every rank enqueued the earlier ones first.
+    // An aborted rank may have freed its memory: nothing is carried out.
+    if (aborted) return;
     if (c.mismatch) failed = true;
     else carry_out(c);
     {
@@ -112,7 +115,7 @@ class emulated_driver final : public collective_driver {
   state poll(std::string& error) override {
     std::lock_guard lock(world_->mutex);
     if (world_->completed >= seq_) return state::done;
-    if (aborted_) {
+    if (aborted_ || world_->aborted) {
       error = "aborted";
       return state::failed;
     }
@@ -122,7 +125,13 @@ class emulated_driver final : public collective_driver {
     }
     return state::pending;
   }
-  void abort() noexcept override { aborted_ = true; }
+  // Under the world's lock: no call is being carried out on return, and none
+  // will be (See Note [Posted memory outlives an abort]).
+  void abort() noexcept override {
+    std::lock_guard lock(world_->mutex);
+    aborted_ = true;
+    world_->aborted = true;
+  }
 
  private:
   void reduce(float* data, std::size_t n) {

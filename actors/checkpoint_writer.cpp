@@ -1,6 +1,6 @@
 #include "actors/checkpoint_writer.hpp"
 
-#include "actors/checkpoint.hpp"
+#include "train/checkpoint.hpp"
 
 namespace dpactor {
 

@@ -29,10 +29,10 @@
 
 #include <caf/all.hpp>
 
-#include "actors/fault_plan.hpp"
+#include "train/fault_plan.hpp"
 #include "actors/messages.hpp"
-#include "actors/step_runner.hpp"
-#include "actors/straggler.hpp"
+#include "train/step_runner.hpp"
+#include "train/straggler.hpp"
 #include "comms/collective.hpp"
 #include "data/dataset.hpp"
 #include "tensors/lr_schedule.hpp"

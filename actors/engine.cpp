@@ -11,11 +11,11 @@
 #include <caf/all.hpp>
 #include <spdlog/spdlog.h>
 
-#include "actors/checkpoint.hpp"
+#include "train/checkpoint.hpp"
 #include "actors/checkpoint_writer.hpp"
-#include "actors/config_file.hpp"
+#include "config/config_file.hpp"
 #include "actors/device.hpp"
-#include "actors/fault_plan.hpp"
+#include "train/fault_plan.hpp"
 #include "actors/loader.hpp"
 #include "actors/messages.hpp"
 #include "actors/reducer.hpp"
@@ -308,18 +308,18 @@ void Engine::start() {
     rs.make_group = [config](const std::vector<int>& ids) { return make_group(config, ids); };
   rs.loader = loader;
   rs.writer = writer;
-  rs.schedule = schedule;
+  rs.book.schedule = schedule;
+  rs.book.start_step = init.start_step;
+  rs.book.epoch_steps = epoch_steps;
+  rs.book.total_steps = run_steps;
+  rs.book.log_every = config.train.log_every;
+  rs.book.verify_replicas = config.train.verify_replicas;
+  rs.book.smoothing = config.straggler.smoothing;
   rs.straggler = config.straggler;
   rs.min_devices = config.cluster.min_devices;
   rs.hang_timeout_s = config.cluster.hang_timeout_s;
-  rs.prefetch = config.train.prefetch;
   for (const auto& f : faults)
     if (!is_device_fault(f)) rs.membership_faults.push_back(f);
-  rs.start_step = init.start_step;
-  rs.epoch_steps = epoch_steps;
-  rs.total_steps = run_steps;
-  rs.log_every = config.train.log_every;
-  rs.verify_replicas = config.train.verify_replicas;
   rs.started = m.started;
   caf::actor reducer = system->spawn(reducer_actor, std::move(rs));
 

@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "actors/events.hpp"
-#include "actors/job_config.hpp"
+#include "train/events.hpp"
+#include "config/job_config.hpp"
 #include "actors/run_control.hpp"
 #include "comms/collective.hpp"
 #include "tensors/error.hpp"

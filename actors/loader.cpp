@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "actors/straggler.hpp"
+#include "train/straggler.hpp"
 
 namespace dpactor {
 namespace {
@@ -33,46 +33,25 @@ void send_evaluation(loader_ptr self, evaluate_msg eval) {
 void start_evaluation(loader_ptr self, bool epoch_end) {
   auto& st = self->state;
   evaluate_msg eval;
-  eval.epoch = st.ledger->epoch();
+  eval.epoch = st.issued->ledger().epoch();
   eval.step = st.next_step - 1;
   eval.epoch_end = epoch_end;
   st.pending_eval = eval;
   send_evaluation(self, eval);
 }
 
-// The ledger as a checkpoint after `step` must record it: steps issued after
-// it are not committed, so their indices go back to the front, in order.
+// The ledger as a checkpoint after `step` must record it.
 void send_ledger_snapshot(loader_ptr self, std::int64_t step) {
   auto& st = self->state;
-  st.scratch.clear();
-  for (const auto& [s, flight] : st.in_flight)
-    if (s > step) st.scratch.insert(st.scratch.end(), flight.indices.begin(), flight.indices.end());
-  self->send(st.reducer, ledger_snapshot_msg{step, st.ledger->position(st.scratch)});
+  self->send(st.reducer, ledger_snapshot_msg{step, st.issued->position_after(step)});
 }
 
 // Applies a commit: every step up to `through`, whose cut indices go back to
 // the ledger while the rest is trained.
 void apply_commit(loader_ptr self, const committed_msg& msg) {
   auto& st = self->state;
-  std::size_t next_returned = 0;
-  while (!st.in_flight.empty() && st.in_flight.begin()->first <= msg.through) {
-    auto it = st.in_flight.begin();
-    const std::int64_t step = it->first;
-    auto& indices = it->second.indices;
-    while (next_returned < msg.returned.size() && msg.returned[next_returned].step < step) ++next_returned;
-    if (next_returned < msg.returned.size() && msg.returned[next_returned].step == step) {
-      const auto& back = msg.returned[next_returned].indices;
-      st.ledger->requeue(back);
-      std::vector<std::uint32_t> sorted = back;
-      std::sort(sorted.begin(), sorted.end());
-      std::erase_if(indices, [&](std::uint32_t i) { return std::binary_search(sorted.begin(), sorted.end(), i); });
-    }
-    st.ledger->commit(indices);
-    st.committed_step = std::max(st.committed_step, step);
-    const bool snapshot = it->second.snapshot;
-    st.in_flight.erase(it);
-    if (snapshot) send_ledger_snapshot(self, step);
-  }
+  for (auto& s : st.issued->commit(msg.through, msg.returned))
+    self->send(st.reducer, ledger_snapshot_msg{s.step, std::move(s.position)});
   st.committed_step = std::max(st.committed_step, msg.through);
 }
 
@@ -112,22 +91,21 @@ void finish(loader_ptr self, bool evaluated) {
   if (!evaluated) start_evaluation(self, false);
   if (st.setup.checkpoints) {
     self->send(members.at(0), snapshot_msg{st.plan.generation, last});
-    auto it = st.in_flight.find(last);
-    if (it != st.in_flight.end())
-      it->second.snapshot = true;
+    if (st.issued->in_flight(last))
+      st.issued->mark_snapshot(last);
     else
       send_ledger_snapshot(self, last);  // already committed (or nothing trained)
   }
   for (const auto& m : members) self->send(m, finish_msg{st.plan.generation, last});
   self->send(st.reducer, work_done_msg{last, !evaluated, st.setup.checkpoints,
-                                       st.requeued_before + static_cast<std::int64_t>(st.ledger->requeued_total())});
+                                       st.requeued_before + static_cast<std::int64_t>(st.issued->ledger().requeued_total())});
 }
 
 // Whether the next step may go out: not past max_steps or a pause point.
 bool may_issue(const loader_state& st) {
   if (st.setup.max_steps > 0 && st.next_step >= st.setup.max_steps) return false;
   if (st.pause_after && st.next_step > *st.pause_after) return false;
-  return st.ledger->waiting() > 0;
+  return st.issued->ledger().waiting() > 0;
 }
 
 // Sends each member a message with up to steps_per_message consecutive steps.
@@ -141,18 +119,16 @@ void issue_message(loader_ptr self) {
   std::optional<std::int64_t> snapshot_step;
   for (std::int64_t i = 0; i < st.steps_per_message && may_issue(st) && !snapshot_step; ++i) {
     const std::int64_t step = st.next_step++;
-    auto& flight = st.in_flight[step];
-    const auto want = std::min<std::size_t>(static_cast<std::size_t>(st.setup.batch_size), st.ledger->waiting());
-    st.ledger->take(want, flight.indices);
-    const auto sizes = split_by_weight(flight.indices.size(), weights, static_cast<std::size_t>(step) % members.size());
+    const auto indices = st.issued->issue(step, static_cast<std::size_t>(st.setup.batch_size));
+    const auto sizes = split_by_weight(indices.size(), weights, static_cast<std::size_t>(step) % members.size());
     std::size_t begin = 0;
     for (std::size_t r = 0; r < members.size(); ++r) {
-      const auto first = flight.indices.begin() + static_cast<std::ptrdiff_t>(begin);
-      out[r].steps.push_back(step_shard{step, st.ledger->epoch(), {first, first + static_cast<std::ptrdiff_t>(sizes[r])}});
+      const auto part = indices.subspan(begin, sizes[r]);
+      out[r].steps.push_back(step_shard{step, st.issued->ledger().epoch(), {part.begin(), part.end()}});
       begin += sizes[r];
     }
     if (st.setup.checkpoints && st.setup.checkpoint_every > 0 && (step + 1) % st.setup.checkpoint_every == 0) {
-      flight.snapshot = true;
+      st.issued->mark_snapshot(step);
       snapshot_step = step;
     }
   }
@@ -176,22 +152,22 @@ void pump(loader_ptr self) {
     const std::int64_t in_flight = st.next_step - st.committed_step - 1;
     if (in_flight >= st.setup.prefetch * st.steps_per_message || st.pending_eval) return;
     const bool step_limit = st.setup.max_steps > 0 && st.next_step >= st.setup.max_steps;
-    if (st.ledger->waiting() == 0) {
-      if (!st.in_flight.empty()) return;  // the epoch ends once all of it is committed
-      st.ledger->verify_complete();
-      const bool last = step_limit || st.ledger->epoch() + 1 >= st.setup.epochs;
+    if (st.issued->ledger().waiting() == 0) {
+      if (!st.issued->empty()) return;  // the epoch ends once all of it is committed
+      st.issued->ledger().verify_complete();
+      const bool last = step_limit || st.issued->ledger().epoch() + 1 >= st.setup.epochs;
       // Evaluated every eval_every epochs, and always at the end of the run.
       const bool evaluate =
-          last || (st.setup.eval_every > 0 && (st.ledger->epoch() + 1) % st.setup.eval_every == 0);
-      self->send(st.reducer, epoch_ledger_msg{st.ledger->epoch(), static_cast<std::int64_t>(st.ledger->committed()),
-                                              static_cast<std::int64_t>(st.ledger->requeued_total()), evaluate});
+          last || (st.setup.eval_every > 0 && (st.issued->ledger().epoch() + 1) % st.setup.eval_every == 0);
+      self->send(st.reducer, epoch_ledger_msg{st.issued->ledger().epoch(), static_cast<std::int64_t>(st.issued->ledger().committed()),
+                                              static_cast<std::int64_t>(st.issued->ledger().requeued_total()), evaluate});
       if (evaluate) start_evaluation(self, true);
       if (last) {
         finish(self, true);
         return;
       }
-      st.requeued_before += static_cast<std::int64_t>(st.ledger->requeued_total());
-      st.ledger->start_epoch(st.ledger->epoch() + 1);
+      st.requeued_before += static_cast<std::int64_t>(st.issued->ledger().requeued_total());
+      st.issued->ledger().start_epoch(st.issued->ledger().epoch() + 1);
       if (evaluate) return;  // the next epoch starts when the evaluation is complete
       continue;
     }
@@ -210,17 +186,8 @@ void roll_back(loader_ptr self, const rollback_msg& msg) {
   auto& st = self->state;
   const std::int64_t through = msg.commit.through;
   apply_commit(self, msg.commit);
-  std::vector<std::uint32_t> undo;
-  for (auto it = st.in_flight.begin(); it != st.in_flight.end();) {
-    if (it->first > through) {
-      undo.insert(undo.end(), it->second.indices.begin(), it->second.indices.end());
-      it = st.in_flight.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  st.ledger->requeue_front(undo);
-  self->send(st.reducer, rollback_done_msg{static_cast<std::int64_t>(undo.size())});
+  const std::size_t undone = st.issued->roll_back(through);
+  self->send(st.reducer, rollback_done_msg{static_cast<std::int64_t>(undone)});
   st.committed_step = through;
   st.last_commit_step = -1;  // the step-time measurement restarts
   if (st.pending_eval && st.pending_eval->step > through) st.pending_eval.reset();
@@ -235,18 +202,18 @@ void roll_back(loader_ptr self, const rollback_msg& msg) {
 caf::behavior loader_actor(caf::stateful_actor<loader_state>* self, loader_setup setup) {
   auto& st = self->state;
   st.setup = std::move(setup);
-  st.ledger.emplace(st.setup.train_rows, st.setup.seed, st.setup.shuffle);
+  st.issued.emplace(st.setup.train_rows, st.setup.seed, st.setup.shuffle);
   st.next_step = st.setup.start_step;
   st.committed_step = st.setup.start_step - 1;
   st.steps_per_message = std::max<std::int64_t>(1, st.setup.steps_per_message);
   if (st.setup.resume_position) {
-    st.ledger->restore(*st.setup.resume_position);
+    st.issued->ledger().restore(*st.setup.resume_position);
     // A checkpoint taken at the end of an epoch resumes with the next one; that
     // epoch was already evaluated.
-    if (st.ledger->epoch_complete() && st.ledger->epoch() + 1 < st.setup.epochs)
-      st.ledger->start_epoch(st.ledger->epoch() + 1);
+    if (st.issued->ledger().epoch_complete() && st.issued->ledger().epoch() + 1 < st.setup.epochs)
+      st.issued->ledger().start_epoch(st.issued->ledger().epoch() + 1);
   } else {
-    st.ledger->start_epoch(0);
+    st.issued->ledger().start_epoch(0);
   }
   return {
       [self](generation_plan& plan) {
@@ -295,9 +262,7 @@ caf::behavior loader_actor(caf::stateful_actor<loader_state>* self, loader_setup
       },
       [self](ledger_atom) {
         auto& st = self->state;
-        st.scratch.clear();
-        for (const auto& [s, flight] : st.in_flight) st.scratch.insert(st.scratch.end(), flight.indices.begin(), flight.indices.end());
-        return ledger_snapshot_msg{st.committed_step, st.ledger->position(st.scratch)};
+        return ledger_snapshot_msg{st.committed_step, st.issued->position_after(st.committed_step)};
       },
       [self](stop_atom) {
         self->state.stop_requested = true;

@@ -35,7 +35,7 @@
 #include <caf/all.hpp>
 
 #include "actors/messages.hpp"
-#include "data/epoch_ledger.hpp"
+#include "train/issued_steps.hpp"
 
 namespace dpactor {
 
@@ -57,21 +57,14 @@ struct loader_setup {
 };
 
 struct loader_state {
-  struct step_in_flight {
-    std::vector<std::uint32_t> indices;  // all shards, rank order
-    bool snapshot = false;               // a checkpoint is taken after it
-  };
-
   loader_setup setup;
   caf::actor reducer;  // from the generation plan
-  std::optional<epoch_ledger> ledger;
+  std::optional<issued_steps> issued;  // the epoch ledger and the steps in flight
   generation_plan plan;
   bool have_plan = false;
   std::vector<double> weights;         // shard shares, rank order (empty: even)
   std::int64_t next_step = 0;
   std::int64_t committed_step = -1;
-  std::map<std::int64_t, step_in_flight> in_flight;
-  std::vector<std::uint32_t> scratch;
   std::optional<std::int64_t> pause_after;  // issue no step after this one
   bool paused = false;                      // until the next generation plan
   bool finished = false;

@@ -29,6 +29,8 @@
 
 #include "comms/collective.hpp"
 #include "data/epoch_ledger.hpp"
+#include "train/step_record.hpp"
+#include "train/step_shard.hpp"
 
 namespace dpactor {
 
@@ -72,13 +74,6 @@ struct begin_generation_msg {
   std::int32_t size = 0;
   std::int32_t state_source = 0;
   group_ticket group;
-};
-
-// One member's part of one step.
-struct step_shard {
-  std::int64_t step = 0;
-  std::int64_t epoch = 0;
-  std::vector<std::uint32_t> indices;
 };
 
 // Consecutive steps for one member, in one message: at small step times the
@@ -137,17 +132,6 @@ struct late_msg {
 // member report (its parameter checksums). Members do not tell the reducer
 // when they finish computing: a member that waits in the collective past the
 // deadline tells it who is late (late_msg), which is rare.
-struct step_record {
-  std::int64_t step = 0;
-  std::int64_t epoch = 0;
-  double loss_sum = 0.0;       // the step's, over all members
-  std::int64_t correct = 0;    // likewise
-  std::int64_t samples = 0;    // likewise
-  std::uint64_t checksum = 0;  // of the reporting member's parameters, when train.verify_replicas
-  std::vector<float> compute_s;        // per member, rank order
-  std::vector<float> member_samples;   // per member
-  std::vector<float> member_returned;  // per member: indices returned by a cut
-};
 
 // The steps of one shard message, reported once they are done.
 struct steps_done_msg {
@@ -187,11 +171,6 @@ struct step_aborted_msg {
   std::int64_t step = 0;
   std::int32_t rank = 0;
   std::string what;
-};
-
-struct step_returned {
-  std::int64_t step = 0;
-  std::vector<std::uint32_t> indices;
 };
 
 // Every step up to `through` is committed; cut indices go back to the ledger.

@@ -8,7 +8,7 @@
 #include <future>
 #include <mutex>
 
-#include "actors/events.hpp"
+#include "train/events.hpp"
 
 namespace dpactor {
 

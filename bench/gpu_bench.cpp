@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/step_runner.hpp"
+#include "train/step_runner.hpp"
 #include "comms/nccl.hpp"
 #include "cuda/blas.hpp"
 #include "cuda/cuda_replica.hpp"

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "actors/engine.hpp"
-#include "actors/step_runner.hpp"
+#include "train/step_runner.hpp"
 #include "comms/local.hpp"
 #include "data/synthetic.hpp"
 #include "tensors/activation.hpp"

@@ -14,9 +14,9 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include "actors/config_file.hpp"
+#include "config/config_file.hpp"
 #include "actors/engine.hpp"
-#include "actors/fault_plan.hpp"
+#include "train/fault_plan.hpp"
 #include "cli/gpu_discovery.hpp"
 #include "cli/metrics_file.hpp"
 #include "cli/options.hpp"

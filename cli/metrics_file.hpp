@@ -6,7 +6,7 @@
 #include <mutex>
 #include <string>
 
-#include "actors/events.hpp"
+#include "train/events.hpp"
 
 namespace dpactor::cli {
 

@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <string>
 
-#include "actors/events.hpp"
+#include "train/events.hpp"
 
 namespace dpactor::cli {
 

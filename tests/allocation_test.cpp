@@ -12,7 +12,7 @@
 #include <new>
 #include <thread>
 
-#include "actors/step_runner.hpp"
+#include "train/step_runner.hpp"
 #include "comms/local.hpp"
 #include "data/synthetic.hpp"
 #include "tensors/cpu_replica.hpp"

@@ -13,7 +13,7 @@
 #include <numeric>
 
 #include "actors/engine.hpp"
-#include "actors/step_runner.hpp"
+#include "train/step_runner.hpp"
 #include "comms/local.hpp"
 #include "data/synthetic.hpp"
 #include "tensors/cpu_replica.hpp"

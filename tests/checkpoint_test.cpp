@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <csignal>
 
-#include "actors/checkpoint.hpp"
+#include "train/checkpoint.hpp"
 #include "tensors/error.hpp"
 #include "tensors/safetensors.hpp"
 #include "tests/test_support.hpp"

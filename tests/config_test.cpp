@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "actors/config_file.hpp"
+#include "config/config_file.hpp"
 #include "tensors/error.hpp"
 #include "tests/test_support.hpp"
 

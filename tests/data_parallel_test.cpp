@@ -8,7 +8,7 @@
 
 #include <cmath>
 
-#include "actors/config_file.hpp"
+#include "config/config_file.hpp"
 #include "actors/engine.hpp"
 #include "tensors/safetensors.hpp"
 #include "tests/test_support.hpp"

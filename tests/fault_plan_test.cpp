@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "actors/fault_plan.hpp"
+#include "train/fault_plan.hpp"
 #include "tensors/error.hpp"
 
 namespace dpactor {

@@ -10,7 +10,7 @@
 #include <mutex>
 #include <thread>
 
-#include "actors/config_file.hpp"
+#include "config/config_file.hpp"
 #include "actors/engine.hpp"
 #include "tensors/error.hpp"
 #include "tensors/safetensors.hpp"

@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "actors/config_file.hpp"
+#include "config/config_file.hpp"
 #include "actors/engine.hpp"
-#include "actors/step_runner.hpp"
+#include "train/step_runner.hpp"
 #include "comms/local.hpp"
 #include "comms/nccl.hpp"
 #include "cuda/blas.hpp"

@@ -6,7 +6,7 @@
 #include <atomic>
 #include <thread>
 
-#include "actors/step_runner.hpp"
+#include "train/step_runner.hpp"
 #include "comms/local.hpp"
 #include "data/synthetic.hpp"
 #include "tensors/cpu_replica.hpp"

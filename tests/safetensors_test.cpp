@@ -5,7 +5,7 @@
 
 #include <cstring>
 
-#include "actors/checkpoint.hpp"
+#include "train/checkpoint.hpp"
 #include "tensors/error.hpp"
 #include "tensors/json.hpp"
 #include "tensors/mlp.hpp"

@@ -4,7 +4,7 @@
 
 #include <numeric>
 
-#include "actors/straggler.hpp"
+#include "train/straggler.hpp"
 
 namespace dpactor {
 namespace {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "actors/engine.hpp"
-#include "actors/job_config.hpp"
+#include "config/job_config.hpp"
 
 namespace dpactor::testing {
 

@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "actors/config_file.hpp"
+#include "config/config_file.hpp"
 #include "actors/engine.hpp"
 #include "tensors/mlp.hpp"
 

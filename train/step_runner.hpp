@@ -5,6 +5,7 @@
 // report] and Note [Sharded optimizer step]). The device actor drives it and
 // does the reporting; benchmarks and tests drive it directly.
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -12,9 +13,9 @@
 #include <stdexcept>
 #include <vector>
 
-#include "actors/fault_plan.hpp"
-#include "actors/messages.hpp"
-#include "actors/straggler.hpp"
+#include "train/fault_plan.hpp"
+#include "train/step_shard.hpp"
+#include "train/straggler.hpp"
 #include "comms/collective.hpp"
 #include "comms/gradient_buckets.hpp"
 #include "data/dataset.hpp"

@@ -1,4 +1,4 @@
-#include "actors/fault_plan.hpp"
+#include "train/fault_plan.hpp"
 
 #include <charconv>
 

@@ -8,7 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "actors/job_config.hpp"
+#include "config/job_config.hpp"
+#include "config/key_table.hpp"
 
 namespace dpactor {
 
@@ -19,20 +20,5 @@ job_config load_job_config(const std::filesystem::path& path, const std::vector<
 // The same from TOML text; `origin` names it in messages.
 job_config parse_job_config(const std::string& text, const std::string& origin,
                             const std::vector<std::string>& overrides = {});
-
-// Checks relations between keys (e.g. nesterov needs momentum); throws config_error.
-void validate_job_config(const job_config& config);
-
-// The effective config as TOML text, every key included.
-std::string dump_job_config(const job_config& config);
-
-struct config_key_doc {
-  std::string name;           // "train.epochs"
-  std::string type;           // "integer", "float", "boolean", "string", ...
-  std::string default_value;  // as TOML
-  std::string doc;
-};
-// Every key of the schema, in documentation order.
-std::vector<config_key_doc> config_keys();
 
 }  // namespace dpactor

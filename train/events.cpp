@@ -1,4 +1,4 @@
-#include "actors/events.hpp"
+#include "train/events.hpp"
 
 namespace dpactor {
 namespace {

@@ -1,7 +1,7 @@
 #pragma once
 // Everything a training job is configured by: the sections of a .cfg file
 // (docs/config.md documents every key and its default). Plain values, no
-// parsing here; see config_file.hpp for the TOML schema.
+// parsing here; the keys are in config/key_table.cpp, the files in config_file.hpp.
 
 #include <cstdint>
 #include <string>
@@ -91,5 +91,8 @@ struct job_config {
 
 // The schedule the job uses, with total_steps resolved from the run length.
 lr_schedule make_lr_schedule(const job_config& config, std::int64_t run_steps);
+
+// Checks relations between keys (e.g. nesterov needs momentum); throws config_error.
+void validate_job_config(const job_config& config);
 
 }  // namespace dpactor

@@ -1,4 +1,4 @@
-#include "actors/checkpoint.hpp"
+#include "train/checkpoint.hpp"
 
 #include <unistd.h>
 

@@ -1,21 +1,17 @@
-#include "actors/config_file.hpp"
+// The key table: every config key, one statement each, with its type, range,
+// default (the job_config's) and documentation.
 
-#include <algorithm>
+#include "config/schema.hpp"
+
 #include <charconv>
-#include <fstream>
-#include <functional>
 #include <limits>
-#include <sstream>
 
-#include <toml++/toml.h>
-
-#include "actors/fault_plan.hpp"
+#include "config/key_table.hpp"
 #include "tensors/error.hpp"
+#include "train/fault_plan.hpp"
 
-namespace dpactor {
-namespace {
+namespace dpactor::config_schema {
 
-// Where a value came from: "file:line:column", or the --set argument.
 std::string location(const toml::node& node) {
   const auto& src = node.source();
   const std::string path = src.path ? *src.path : std::string("<config>");
@@ -39,7 +35,6 @@ std::string type_name(const toml::node& node) {
   }
 }
 
-// A TOML basic string: double quotes, backslash escapes.
 std::string quote(const std::string& s) {
   std::string out = "\"";
   for (const char c : s) {
@@ -48,6 +43,8 @@ std::string quote(const std::string& s) {
   }
   return out + "\"";
 }
+
+namespace {
 
 // Shortest text that reads back as the same double, always with a '.' or an
 // exponent so that TOML reads it as a float.
@@ -59,15 +56,6 @@ std::string number_text(double v) {
   return out;
 }
 
-// One key of the schema: how to read it into a job_config, and how to print it.
-struct key_spec {
-  std::string section;
-  std::string name;
-  std::string type;
-  std::string doc;
-  std::function<void(job_config&, const toml::node&, const std::string& key)> read;
-  std::function<std::string(const job_config&)> print;
-};
 
 template <class Field>
 using accessor = std::function<Field&(job_config&)>;
@@ -152,7 +140,9 @@ struct schema_builder {
   }
 };
 
-const std::vector<key_spec>& schema() {
+}  // namespace
+
+const std::vector<key_spec>& keys() {
   static const std::vector<key_spec> keys = [] {
     schema_builder b;
     b.section = "model";
@@ -366,131 +356,14 @@ const std::vector<key_spec>& schema() {
   return keys;
 }
 
-std::size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t prev = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t cur = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, prev + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      prev = cur;
-    }
-  }
-  return row[b.size()];
-}
+}  // namespace dpactor::config_schema
 
-std::string suggestion(const std::string& key) {
-  std::string best;
-  std::size_t best_distance = 3;
-  for (const auto& k : schema()) {
-    const std::string full = k.section + "." + k.name;
-    const std::size_t d = edit_distance(key, full);
-    if (d < best_distance) {
-      best_distance = d;
-      best = full;
-    }
-  }
-  return best.empty() ? std::string() : " (did you mean '" + best + "'?)";
-}
-
-bool known_section(const std::string& name) {
-  return std::any_of(schema().begin(), schema().end(), [&](const key_spec& k) { return k.section == name; });
-}
-
-void apply_table(job_config& config, const toml::table& root) {
-  for (const auto& [section_key, section_node] : root) {
-    const std::string section(section_key.str());
-    if (!known_section(section))
-      fail_at(section_node, section, "unknown section [" + section + "]; sections are model, data, optimizer, train, cluster, straggler, precision, faults");
-    const toml::table* table = section_node.as_table();
-    if (table == nullptr) fail_at(section_node, section, "expected a table [" + section + "], found " + type_name(section_node));
-    for (const auto& [key_key, value] : *table) {
-      const std::string key = section + "." + std::string(key_key.str());
-      const auto it = std::find_if(schema().begin(), schema().end(),
-                                   [&](const key_spec& k) { return k.section + "." + k.name == key; });
-      if (it == schema().end()) fail_at(value, key, "unknown key" + suggestion(key));
-      it->read(config, value, key);
-    }
-  }
-}
-
-void apply_override(toml::table& root, const std::string& assignment) {
-  const std::string origin = "--set " + assignment;
-  const auto eq = assignment.find('=');
-  const auto dot = assignment.find('.');
-  if (eq == std::string::npos || dot == std::string::npos || dot > eq)
-    throw config_error(origin + ": expected section.key=value, e.g. --set train.epochs=5");
-  const std::string section = assignment.substr(0, dot);
-  const std::string key = assignment.substr(dot + 1, eq - dot - 1);
-  const std::string value = assignment.substr(eq + 1);
-  toml::table parsed;
-  try {
-    parsed = toml::parse("v = " + value, origin);
-  } catch (const toml::parse_error&) {
-    // A bare word: take it as a string.
-    parsed = toml::parse("v = " + quote(value), origin);
-  }
-  toml::table* target = root[section].as_table();
-  if (target == nullptr) {
-    root.insert_or_assign(section, toml::table{});
-    target = root[section].as_table();
-  }
-  target->insert_or_assign(key, std::move(*parsed.get("v")));
-}
-
-}  // namespace
-
-job_config parse_job_config(const std::string& text, const std::string& origin, const std::vector<std::string>& overrides) {
-  toml::table root;
-  try {
-    root = toml::parse(text, origin);
-  } catch (const toml::parse_error& e) {
-    const auto& src = e.source();
-    throw config_error(origin + ":" + std::to_string(src.begin.line) + ":" + std::to_string(src.begin.column) +
-                       ": malformed TOML: " + std::string(e.description()));
-  }
-  for (const auto& assignment : overrides) apply_override(root, assignment);
-  job_config config;
-  config.source = origin;
-  apply_table(config, root);
-  validate_job_config(config);
-  return config;
-}
-
-job_config load_job_config(const std::filesystem::path& path, const std::vector<std::string>& overrides) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) throw config_error(path.string() + ": config file not found");
-  std::ifstream in(path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (!in) throw config_error(path.string() + ": cannot read the config file");
-  return parse_job_config(text.str(), path.string(), overrides);
-}
-
-void validate_job_config(const job_config& c) {
-  const std::string where = c.source + ": ";
-  if (c.optimizer.nesterov && (c.optimizer.momentum <= 0.0 || c.optimizer.dampening != 0.0))
-    throw config_error(where + "optimizer.nesterov = true needs optimizer.momentum > 0 and optimizer.dampening = 0");
-  if (c.data.format == data_format::csv && (c.data.train_file.empty() || c.data.test_file.empty()))
-    throw config_error(where + "data.format = \"csv\" needs data.train_file and data.test_file");
-  if (c.data.format == data_format::idx &&
-      (c.data.train_images.empty() || c.data.train_labels.empty() || c.data.test_images.empty() || c.data.test_labels.empty()))
-    throw config_error(where + "data.format = \"idx\" needs data.train_images, data.train_labels, data.test_images and data.test_labels");
-  for (std::size_t i = 0; i < c.cluster.gpus.size(); ++i)
-    for (std::size_t j = 0; j < i; ++j)
-      if (c.cluster.gpus[i] == c.cluster.gpus[j])
-        throw config_error(where + "cluster.gpus lists GPU " + std::to_string(c.cluster.gpus[i]) +
-                           " twice: NCCL refuses two ranks on one GPU");
-  if (c.model.outputs() < 2 && c.model.loss == loss_kind::cross_entropy)
-    throw config_error(where + "model.layers: cross_entropy needs at least 2 classes in the last layer");
-}
+namespace dpactor {
 
 std::string dump_job_config(const job_config& config) {
   std::string out;
   std::string section;
-  for (const auto& k : schema()) {
+  for (const auto& k : config_schema::keys()) {
     if (k.section != section) {
       section = k.section;
       out += (out.empty() ? "[" : "\n[") + section + "]\n";
@@ -503,20 +376,8 @@ std::string dump_job_config(const job_config& config) {
 std::vector<config_key_doc> config_keys() {
   std::vector<config_key_doc> docs;
   const job_config defaults;
-  for (const auto& k : schema()) docs.push_back({k.section + "." + k.name, k.type, k.print(defaults), k.doc});
+  for (const auto& k : config_schema::keys()) docs.push_back({k.section + "." + k.name, k.type, k.print(defaults), k.doc});
   return docs;
-}
-
-lr_schedule make_lr_schedule(const job_config& config, std::int64_t run_steps) {
-  lr_schedule s;
-  s.kind = config.schedule.kind;
-  s.base_lr = config.optimizer.lr;
-  s.warmup_steps = config.schedule.warmup_steps;
-  s.step_size = config.schedule.step_size;
-  s.gamma = config.schedule.gamma;
-  s.min_lr = config.schedule.min_lr;
-  s.total_steps = config.schedule.total_steps > 0 ? config.schedule.total_steps : run_steps;
-  return s;
 }
 
 }  // namespace dpactor

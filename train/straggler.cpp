@@ -1,4 +1,4 @@
-#include "actors/straggler.hpp"
+#include "train/straggler.hpp"
 
 #include <algorithm>
 #include <numeric>

@@ -1,4 +1,4 @@
-#include "actors/step_runner.hpp"
+#include "train/step_runner.hpp"
 
 #include <sys/prctl.h>
 

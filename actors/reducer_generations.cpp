@@ -1,0 +1,267 @@
+// The reducer's generations: forming them, ending them on faults and graceful
+// changes, recovery, and stopping below the minimum. See Note [Generations]
+// in reducer.hpp; the book-keeping is train/membership.hpp's.
+
+#include <algorithm>
+#include <sstream>
+
+#include <spdlog/spdlog.h>
+
+#include "actors/reducer.hpp"
+#include "tensors/error.hpp"
+
+namespace dpactor {
+namespace {
+
+using clock_type = reducer_state::clock;
+using phase = reducer_state::phase;
+
+// Time a stopping reducer gives a member or the loader to answer.
+constexpr auto stop_request_timeout = std::chrono::seconds(30);
+// Least time survivors get to answer after an abort.
+constexpr double suspend_timeout_floor_s = 10.0;
+
+caf::duration as_duration(double s) {
+  return caf::duration{std::chrono::microseconds(static_cast<std::int64_t>(s * 1e6))};
+}
+
+// The actor's side of taking a member out: it gets an exit (a hung thread
+// acts on it when it wakes) and is no longer watched.
+void let_go(reducer_ptr self, int id) {
+  auto& st = self->state;
+  const member_handle& h = st.devices.at(id);
+  self->demonitor(h.actor);
+  self->send_exit(h.actor, caf::exit_reason::user_shutdown);
+  st.awaiting_suspend.erase(id);
+}
+
+void remove_member(reducer_ptr self, std::size_t rank, const std::string& reason) {
+  auto& st = self->state;
+  const member& m = st.members->members().at(rank);
+  if (!st.members->remove(rank, reason)) return;
+  spdlog::debug("{} removed: {}", m.name, reason);
+  let_go(self, m.id);
+}
+
+void apply_leaves(reducer_ptr self, std::optional<int> keep = std::nullopt) {
+  for (const int id : self->state.members->apply_leaves(keep)) let_go(self, id);
+}
+
+// Spawns the devices waiting to join; they adopt the state by broadcast.
+void admit_joins(reducer_ptr self) {
+  auto& st = self->state;
+  while (st.members->pending_joins() > 0) {
+    member_handle h = st.setup.spawn_device(st.next_device_id++);
+    self->monitor(h.actor);
+    st.devices[h.id] = h;
+    st.members->admit({h.id, h.name});
+    if (!st.join_replies.empty()) {
+      st.join_replies.front()->set_value(h.name);
+      st.join_replies.erase(st.join_replies.begin());
+    }
+  }
+}
+
+void write_stop_checkpoint(reducer_ptr self, std::int64_t step, std::vector<float> state) {
+  auto& st = self->state;
+  if (!st.setup.writer) {
+    fail_run(self, std::make_exception_ptr(training_error(st.stop_message + "; no checkpoint: train.checkpoint_dir is empty")));
+    return;
+  }
+  self->request(st.setup.loader, stop_request_timeout, ledger_atom::value)
+      .then(
+          [self, step, state = std::move(state)](ledger_snapshot_msg& ledger) mutable {
+            write_checkpoint_msg msg{step, ledger.position.epoch, true, std::move(state), std::move(ledger.position)};
+            self->send(self->state.setup.writer, std::move(msg));
+          },
+          [self](caf::error& err) {
+            fail_run(self, std::make_exception_ptr(training_error(self->state.stop_message + "; no checkpoint: the loader did not answer (" +
+                                                                  caf::to_string(err) + ")")));
+          });
+}
+
+void stop_below_minimum(reducer_ptr self, std::int64_t step, std::optional<caf::actor> source) {
+  auto& st = self->state;
+  st.current = phase::stopping;
+  const std::size_t live = st.members->live();
+  std::ostringstream why;
+  why << "training stopped after step " << step + 1 << ": " << live << " device" << (live == 1 ? "" : "s")
+      << " left, fewer than cluster.min_devices = " << st.setup.min_devices << " (" << st.members->reasons() << ")";
+  st.stop_message = why.str();
+  spdlog::error("{}", st.stop_message);
+  const auto last_resort = [self] {
+    auto& st = self->state;
+    if (st.rescue_state) write_stop_checkpoint(self, st.rescue_state->first, st.rescue_state->second);
+    else fail_run(self, std::make_exception_ptr(training_error(st.stop_message + "; no replica state left to checkpoint")));
+  };
+  if (!source) {
+    last_resort();
+    return;
+  }
+  self->request(*source, stop_request_timeout, state_atom::value)
+      .then([self, step](state_msg& s) { write_stop_checkpoint(self, step, std::move(s.state)); },
+            [last_resort](caf::error&) { last_resort(); });
+}
+
+void finish_recovery(reducer_ptr self) {
+  auto& st = self->state;
+  const std::int64_t committed = st.book->committed();
+  const state_source source = st.members->choose_state_source(
+      st.suspend_replies, committed, st.rescue_state ? std::optional(st.rescue_state->first) : std::nullopt);
+  if (st.rescue_state && st.rescue_state->first < committed) st.rescue_state.reset();
+
+  // Steps up to `through` are in the state source's parameters: commit them.
+  const std::int64_t through = source.through;
+  step_commit commit = st.book->commit_through(through, clock_type::now());
+  st.book->requeued_by_fault(0);  // the loader says how many (rollback_done_msg)
+  const std::int64_t generation = st.plan.generation;
+  self->send(st.setup.loader, rollback_msg{generation, committed_msg{generation, through, std::move(commit.returned)}});
+  if (st.work && st.work->last_step > through) {
+    st.work.reset();
+    st.final_eval_step.reset();
+  }
+  for (auto it = st.checkpoints.begin(); it != st.checkpoints.end();) {
+    const bool keep = it->second.sent || (it->second.state && it->second.position) ||
+                      (st.work && it->first == st.work->last_step && it->first <= through);
+    it = keep && it->first <= through ? std::next(it) : st.checkpoints.erase(it);
+  }
+
+  if (!source.rank) {
+    stop_below_minimum(self, through, std::nullopt);
+    return;
+  }
+  // Apply the graceful changes that were waiting (the state source's own
+  // leave waits for the next boundary), then form the generation.
+  const member_handle source_handle = st.handle(*source.rank);
+  apply_leaves(self, source_handle.id);
+  admit_joins(self);
+  if (st.members->members().size() < static_cast<std::size_t>(st.setup.min_devices)) {
+    stop_below_minimum(self, through, source_handle.actor);
+    return;
+  }
+  form_generation(self, static_cast<std::int32_t>(*st.members->rank_of(source_handle.id)));
+  request_graceful_change(self);
+  maybe_finish(self);
+}
+
+void check_recovery_complete(reducer_ptr self) {
+  auto& st = self->state;
+  if (st.current == phase::recovering && st.awaiting_suspend.empty()) finish_recovery(self);
+}
+
+}  // namespace
+
+void on_suspend_reply(reducer_ptr self, std::int64_t generation, int id, std::optional<std::int64_t> last_step,
+                      const std::string& error) {
+  auto& st = self->state;
+  if (st.current != phase::recovering || generation != st.plan.generation || !st.awaiting_suspend.count(id)) return;
+  st.awaiting_suspend.erase(id);
+  if (last_step) st.suspend_replies[id] = *last_step;
+  else if (const auto rank = st.members->rank_of(id)) remove_member(self, *rank, "hung: did not answer after the abort (" + error + ")");
+  check_recovery_complete(self);
+}
+
+void form_generation(reducer_ptr self, std::int32_t state_source) {
+  auto& st = self->state;
+  const auto now = clock_type::now();
+  const std::string reason = st.members->form_generation();
+  st.plan.generation = st.members->generation();
+  st.plan.reducer = self;
+  st.plan.members.clear();
+  std::vector<int> ids;
+  membership_event e{st.plan.generation, st.book->committed() + 1, {}, {}, reason};
+  for (std::size_t r = 0; r < st.members->members().size(); ++r) {
+    const member_handle& h = st.handle(r);
+    st.plan.members.push_back(h.actor);
+    h.control->cut_step.store(-1);
+    ids.push_back(h.id);
+    e.members.push_back(h.name);
+    e.actor_ids.push_back(h.actor.id());
+  }
+  st.plan.state_source = state_source;
+  st.plan.group = group_ticket{"local", st.plan.generation, "", st.setup.make_group(ids)};
+  st.book->start_generation(st.plan.generation, ids.size(), now);
+  st.sent_shares.clear();
+  st.pause_point.reset();
+  st.suspend_replies.clear();
+  st.awaiting_suspend.clear();
+  st.rescue_state.reset();
+  st.current = phase::running;
+
+  std::string names;
+  for (const auto& n : e.members) names += (names.empty() ? "" : ", ") + n;
+  if (e.generation == 0) {
+    spdlog::info("generation 0: {} members ({})", e.members.size(), names);
+  } else {
+    ++st.book->summary().membership_changes;
+    spdlog::warn("generation {} from step {}: {} members ({}); {}", e.generation, e.step + 1, e.members.size(), names, e.reason);
+  }
+  st.setup.control->emit(e);
+  // The final checkpoint's state went with a member that is gone: the new
+  // first member sends it, in order after adopting the state.
+  st.plan.snapshot_step = -2;
+  if (st.work && st.work->snapshot && st.last_checkpoint != st.work->last_step && st.book->committed() >= st.work->last_step) {
+    auto& pending = st.checkpoints[st.work->last_step];
+    if (!pending.state && !pending.sent) st.plan.snapshot_step = st.work->last_step;
+  }
+  self->send(st.setup.loader, st.plan);
+}
+
+void handle_fault(reducer_ptr self, std::optional<std::size_t> rank, const std::string& reason) {
+  auto& st = self->state;
+  if (st.failed || st.current == phase::stopping) return;
+  if (rank) remove_member(self, *rank, reason);
+  else st.members->note(reason);
+  if (st.current == phase::running || st.current == phase::pausing) {
+    st.book->fault_detected(clock_type::now());
+    // Wake every member blocked in the collective, from outside.
+    st.plan.group.local->abort();
+    st.current = phase::recovering;
+    st.suspend_replies.clear();
+    st.awaiting_suspend.clear();
+    // Survivors answer once their failed step returns; an evaluation in
+    // progress is not interruptible, so they get at least this long.
+    const auto timeout =
+        as_duration(std::max(hang_timeout(st.setup.hang_timeout_s, st.book->median_step_s()), suspend_timeout_floor_s));
+    const std::int64_t generation = st.plan.generation;
+    for (const auto& m : st.members->members()) {
+      if (m.gone) continue;
+      const int id = m.id;
+      st.awaiting_suspend.insert(id);
+      self->request(st.devices.at(id).actor, timeout, suspend_atom::value)
+          .then([self, generation, id](std::int64_t last) { on_suspend_reply(self, generation, id, last, {}); },
+                [self, generation, id](caf::error& err) {
+                  on_suspend_reply(self, generation, id, std::nullopt, caf::to_string(err));
+                });
+    }
+  }
+  check_recovery_complete(self);
+}
+
+void request_graceful_change(reducer_ptr self) {
+  auto& st = self->state;
+  if (st.current != phase::running || st.failed) return;
+  const auto after = st.members->next_pause(st.book->committed(), st.work ? std::optional(st.work->last_step) : std::nullopt);
+  if (!after) return;
+  st.current = phase::pausing;
+  self->send(st.setup.loader, pause_msg{st.plan.generation, *after});
+}
+
+void check_pause_complete(reducer_ptr self) {
+  auto& st = self->state;
+  if (st.current != phase::pausing || !st.pause_point || st.book->committed() < *st.pause_point) return;
+  // Every member has applied the pause point's step; nothing is in flight.
+  st.members->take_due_changes(*st.pause_point);
+  apply_leaves(self);
+  const std::size_t old_members = st.members->members().size();
+  admit_joins(self);
+  if (old_members == 0 || st.members->members().size() < static_cast<std::size_t>(st.setup.min_devices)) {
+    stop_below_minimum(self, st.book->committed(), old_members > 0 ? std::optional(st.handle(0).actor) : std::nullopt);
+    return;
+  }
+  form_generation(self, 0);  // the old members are identical; rank 0 is one of them
+  request_graceful_change(self);
+  maybe_finish(self);
+}
+
+}  // namespace dpactor

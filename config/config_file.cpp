@@ -1,0 +1,120 @@
+// Reading job configs: TOML files, --set overrides, "did you mean".
+
+#include "config/config_file.hpp"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "config/schema.hpp"
+#include "tensors/error.hpp"
+
+namespace dpactor {
+namespace {
+
+using namespace config_schema;
+
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t prev = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t cur = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, prev + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      prev = cur;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string suggestion(const std::string& key) {
+  std::string best;
+  std::size_t best_distance = 3;
+  for (const auto& k : keys()) {
+    const std::string full = k.section + "." + k.name;
+    const std::size_t d = edit_distance(key, full);
+    if (d < best_distance) {
+      best_distance = d;
+      best = full;
+    }
+  }
+  return best.empty() ? std::string() : " (did you mean '" + best + "'?)";
+}
+
+bool known_section(const std::string& name) {
+  return std::any_of(keys().begin(), keys().end(), [&](const key_spec& k) { return k.section == name; });
+}
+
+void apply_table(job_config& config, const toml::table& root) {
+  for (const auto& [section_key, section_node] : root) {
+    const std::string section(section_key.str());
+    if (!known_section(section))
+      fail_at(section_node, section, "unknown section [" + section + "]; sections are model, data, optimizer, train, cluster, straggler, precision, faults");
+    const toml::table* table = section_node.as_table();
+    if (table == nullptr) fail_at(section_node, section, "expected a table [" + section + "], found " + type_name(section_node));
+    for (const auto& [key_key, value] : *table) {
+      const std::string key = section + "." + std::string(key_key.str());
+      const auto it = std::find_if(keys().begin(), keys().end(),
+                                   [&](const key_spec& k) { return k.section + "." + k.name == key; });
+      if (it == keys().end()) fail_at(value, key, "unknown key" + suggestion(key));
+      it->read(config, value, key);
+    }
+  }
+}
+
+void apply_override(toml::table& root, const std::string& assignment) {
+  const std::string origin = "--set " + assignment;
+  const auto eq = assignment.find('=');
+  const auto dot = assignment.find('.');
+  if (eq == std::string::npos || dot == std::string::npos || dot > eq)
+    throw config_error(origin + ": expected section.key=value, e.g. --set train.epochs=5");
+  const std::string section = assignment.substr(0, dot);
+  const std::string key = assignment.substr(dot + 1, eq - dot - 1);
+  const std::string value = assignment.substr(eq + 1);
+  toml::table parsed;
+  try {
+    parsed = toml::parse("v = " + value, origin);
+  } catch (const toml::parse_error&) {
+    // A bare word: take it as a string.
+    parsed = toml::parse("v = " + quote(value), origin);
+  }
+  toml::table* target = root[section].as_table();
+  if (target == nullptr) {
+    root.insert_or_assign(section, toml::table{});
+    target = root[section].as_table();
+  }
+  target->insert_or_assign(key, std::move(*parsed.get("v")));
+}
+
+}  // namespace
+
+job_config parse_job_config(const std::string& text, const std::string& origin, const std::vector<std::string>& overrides) {
+  toml::table root;
+  try {
+    root = toml::parse(text, origin);
+  } catch (const toml::parse_error& e) {
+    const auto& src = e.source();
+    throw config_error(origin + ":" + std::to_string(src.begin.line) + ":" + std::to_string(src.begin.column) +
+                       ": malformed TOML: " + std::string(e.description()));
+  }
+  for (const auto& assignment : overrides) apply_override(root, assignment);
+  job_config config;
+  config.source = origin;
+  apply_table(config, root);
+  validate_job_config(config);
+  return config;
+}
+
+job_config load_job_config(const std::filesystem::path& path, const std::vector<std::string>& overrides) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) throw config_error(path.string() + ": config file not found");
+  std::ifstream in(path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (!in) throw config_error(path.string() + ": cannot read the config file");
+  return parse_job_config(text.str(), path.string(), overrides);
+}
+
+}  // namespace dpactor

@@ -1,0 +1,37 @@
+#include "config/job_config.hpp"
+
+#include "tensors/error.hpp"
+
+namespace dpactor {
+
+void validate_job_config(const job_config& c) {
+  const std::string where = c.source + ": ";
+  if (c.optimizer.nesterov && (c.optimizer.momentum <= 0.0 || c.optimizer.dampening != 0.0))
+    throw config_error(where + "optimizer.nesterov = true needs optimizer.momentum > 0 and optimizer.dampening = 0");
+  if (c.data.format == data_format::csv && (c.data.train_file.empty() || c.data.test_file.empty()))
+    throw config_error(where + "data.format = \"csv\" needs data.train_file and data.test_file");
+  if (c.data.format == data_format::idx &&
+      (c.data.train_images.empty() || c.data.train_labels.empty() || c.data.test_images.empty() || c.data.test_labels.empty()))
+    throw config_error(where + "data.format = \"idx\" needs data.train_images, data.train_labels, data.test_images and data.test_labels");
+  for (std::size_t i = 0; i < c.cluster.gpus.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      if (c.cluster.gpus[i] == c.cluster.gpus[j])
+        throw config_error(where + "cluster.gpus lists GPU " + std::to_string(c.cluster.gpus[i]) +
+                           " twice: NCCL refuses two ranks on one GPU");
+  if (c.model.outputs() < 2 && c.model.loss == loss_kind::cross_entropy)
+    throw config_error(where + "model.layers: cross_entropy needs at least 2 classes in the last layer");
+}
+
+lr_schedule make_lr_schedule(const job_config& config, std::int64_t run_steps) {
+  lr_schedule s;
+  s.kind = config.schedule.kind;
+  s.base_lr = config.optimizer.lr;
+  s.warmup_steps = config.schedule.warmup_steps;
+  s.step_size = config.schedule.step_size;
+  s.gamma = config.schedule.gamma;
+  s.min_lr = config.schedule.min_lr;
+  s.total_steps = config.schedule.total_steps > 0 ? config.schedule.total_steps : run_steps;
+  return s;
+}
+
+}  // namespace dpactor

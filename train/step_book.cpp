@@ -1,0 +1,209 @@
+#include "train/step_book.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <string>
+
+#include "tensors/error.hpp"
+
+namespace dpactor {
+namespace {
+
+double seconds(step_book::clock::duration d) { return std::chrono::duration<double>(d).count(); }
+double ratio(double num, double den) { return den > 0.0 ? num / den : 0.0; }
+
+}  // namespace
+
+step_book::step_book(step_book_setup setup, event_sink emit, clock::time_point now)
+    : setup_(std::move(setup)),
+      emit_(std::move(emit)),
+      committed_(setup_.start_step - 1),
+      throughput_(setup_.smoothing, 0),
+      started_(now),
+      last_commit_(now),
+      last_progress_(now) {
+  interval_.since = epoch_.since = now;
+}
+
+void step_book::start_generation(std::int64_t generation, std::size_t members, clock::time_point now) {
+  generation_ = generation;
+  throughput_.reset(members);
+  steps_.clear();
+  evals_.clear();
+  last_progress_ = now;
+}
+
+void step_book::record(std::int32_t rank, step_record&& rec) {
+  if (rec.step <= committed_) return;  // committed already: never twice
+  auto& t = steps_[rec.step];
+  if (rank == 0) {
+    t.stats_known = true;
+    t.epoch = rec.epoch;
+    t.loss_sum = rec.loss_sum;
+    t.correct = rec.correct;
+    t.samples = rec.samples;
+    t.compute_s = std::move(rec.compute_s);
+    t.member_samples = std::move(rec.member_samples);
+    t.member_returned = std::move(rec.member_returned);
+  }
+  if (setup_.verify_replicas) {
+    if (t.reported == 0) t.checksum = rec.checksum;
+    else if (*t.checksum != rec.checksum) t.checksums_differ = true;
+  }
+  ++t.reported;
+}
+
+void step_book::cut(std::int64_t step, std::int32_t rank, std::span<const std::uint32_t> returned) {
+  if (step <= committed_) return;
+  ++interval_cuts_;
+  ++summary_.cuts;
+  auto& t = steps_[step];
+  t.cut.insert(rank);
+  t.returned.insert(t.returned.end(), returned.begin(), returned.end());
+}
+
+// A step is complete when its report is in (rank 0's; every member's checksum
+// with verify_replicas) and so are the untouched indices of every member
+// that was cut. See Note [One step report].
+bool step_book::complete(const step_tally& t, std::size_t members) const {
+  if (!t.stats_known || (setup_.verify_replicas && t.reported != static_cast<std::int32_t>(members))) return false;
+  for (std::size_t r = 0; r < t.member_returned.size(); ++r)
+    if (t.member_returned[r] > 0.0f && !t.cut.count(static_cast<std::int32_t>(r))) return false;
+  return true;
+}
+
+step_commit step_book::commit_ready(std::size_t members, clock::time_point now) {
+  step_commit commit{committed_, {}};
+  const std::int64_t before = committed_;
+  const auto previous_commit = last_commit_;
+  while (!steps_.empty() && steps_.begin()->first == committed_ + 1 && complete(steps_.begin()->second, members)) {
+    auto node = steps_.extract(steps_.begin());
+    const step_tally& t = node.mapped();
+    for (std::size_t r = 0; r < members && r < t.compute_s.size(); ++r)
+      throughput_.record(r, static_cast<std::int64_t>(t.member_samples[r]), t.compute_s[r], t.member_returned[r] == 0.0f);
+    if (setup_.verify_replicas && t.checksums_differ)
+      throw training_error("replicas diverged after step " + std::to_string(node.key() + 1) +
+                           ": parameter checksums differ between members (train.verify_replicas)");
+    account(node.key(), std::move(node.mapped()), commit, now);
+    // The first step a new generation commits after a fault.
+    if (fault_time_) {
+      const double ms = seconds(last_commit_ - *fault_time_) * 1000.0;
+      summary_.max_recovery_ms = std::max(summary_.max_recovery_ms, ms);
+      emit_(recovery_event{generation_, committed_ + 1, ms, requeued_by_fault_});
+      fault_time_.reset();
+    }
+  }
+  // Steps arrive in batches (See Note [One step report]): the time per step
+  // is the time since the last commit over the steps committed now.
+  if (committed_ > before && before >= 0)
+    step_intervals_.push(seconds(last_commit_ - previous_commit) / static_cast<double>(committed_ - before));
+  return commit;
+}
+
+step_commit step_book::commit_through(std::int64_t through, clock::time_point now) {
+  step_commit commit{committed_, {}};
+  for (std::int64_t s = committed_ + 1; s <= through; ++s) {
+    auto it = steps_.find(s);
+    step_tally t = it == steps_.end() ? step_tally{} : std::move(it->second);
+    account(s, std::move(t), commit, now);
+  }
+  commit.through = std::max(commit.through, through);
+  steps_.clear();
+  evals_.clear();
+  return commit;
+}
+
+void step_book::account(std::int64_t step, step_tally&& t, step_commit& commit, clock::time_point now) {
+  for (auto* s : {&interval_, &epoch_}) {
+    s->loss_sum += t.loss_sum;
+    s->correct += t.correct;
+    s->samples += t.samples;
+  }
+  summary_.samples += t.samples;
+  rate_samples_ += t.samples;
+  ++epoch_step_;
+  committed_ = step;
+  last_commit_ = last_progress_ = now;
+  commit.through = step;
+  if (!t.returned.empty()) commit.returned.push_back(step_returned{step, std::move(t.returned)});
+  if ((step + 1) % setup_.log_every == 0) emit_step(step, t.epoch, now);
+}
+
+void step_book::emit_step(std::int64_t step, std::int64_t epoch, clock::time_point now) {
+  step_event e;
+  e.step = step + 1;
+  e.epoch = epoch;
+  e.epoch_step = epoch_step_;
+  e.epoch_steps = setup_.epoch_steps;
+  e.total_steps = setup_.total_steps;
+  e.loss = ratio(interval_.loss_sum, static_cast<double>(interval_.samples));
+  e.accuracy = ratio(static_cast<double>(interval_.correct), static_cast<double>(interval_.samples));
+  e.lr = setup_.schedule.at(step);
+  // Steps arrive in batches: a second event of the same batch has no time of
+  // its own, so it repeats the last rate and its samples count in the next.
+  const double dt = seconds(now - interval_.since);
+  e.samples_per_s = dt > 0.0 ? static_cast<double>(rate_samples_) / dt : last_rate_;
+  e.generation = generation_;
+  e.cuts = interval_cuts_;
+  e.shares = throughput_.shares();
+  for (std::size_t r = 0; r < e.shares.size(); ++r) e.throughput.push_back(throughput_.throughput(r));
+  emit_(e);
+  interval_cuts_ = 0;
+  const auto since = interval_.since;
+  interval_ = {0.0, 0, 0, dt > 0.0 ? now : since};
+  if (dt <= 0.0) return;
+  last_rate_ = e.samples_per_s;
+  rate_samples_ = 0;
+}
+
+bool step_book::evaluated(std::int64_t step, bool epoch_end, std::int64_t epoch, double loss_sum, std::int64_t correct,
+                          std::int64_t samples, std::size_t members, clock::time_point now) {
+  const auto key = std::pair{step, epoch_end};
+  auto& t = evals_[key];
+  t.epoch = epoch;
+  t.loss_sum += loss_sum;
+  t.correct += correct;
+  t.samples += samples;
+  last_progress_ = now;
+  if (++t.reported != static_cast<std::int32_t>(members)) return false;
+  const eval_tally done = t;
+  evals_.erase(key);
+  summary_.test_loss = ratio(done.loss_sum, static_cast<double>(done.samples));
+  summary_.test_accuracy = ratio(static_cast<double>(done.correct), static_cast<double>(done.samples));
+  if (epoch_end) emit_epoch(done.epoch, step, summary_.test_loss, summary_.test_accuracy, now);
+  return true;
+}
+
+void step_book::epoch_closed(const epoch_close& e, clock::time_point now) {
+  epoch_closes_[e.epoch] = e;
+  if (e.evaluated) return;
+  const double none = std::numeric_limits<double>::quiet_NaN();
+  emit_epoch(e.epoch, committed_, none, none, now);
+}
+
+// The epoch's record; test results are NaN (null in JSON) when the epoch was
+// not evaluated (train.eval_every).
+void step_book::emit_epoch(std::int64_t epoch, std::int64_t step, double test_loss, double test_accuracy,
+                           clock::time_point now) {
+  epoch_event e;
+  e.epoch = epoch;
+  e.step = step + 1;
+  e.train_loss = ratio(epoch_.loss_sum, static_cast<double>(epoch_.samples));
+  e.train_accuracy = ratio(static_cast<double>(epoch_.correct), static_cast<double>(epoch_.samples));
+  e.test_loss = test_loss;
+  e.test_accuracy = test_accuracy;
+  e.seconds = seconds(last_commit_ - epoch_.since);
+  // The ledger's count is exact even when a lost member never reported.
+  e.samples = epoch_.samples;
+  if (auto it = epoch_closes_.find(epoch); it != epoch_closes_.end()) {
+    e.samples = it->second.committed;
+    e.requeued = it->second.requeued;
+  }
+  e.samples_per_s = ratio(static_cast<double>(e.samples), e.seconds);
+  summary_.epochs = epoch + 1;
+  emit_(e);
+  epoch_ = {0.0, 0, 0, now};
+  epoch_step_ = 0;
+}
+
+}  // namespace dpactor

@@ -1,0 +1,158 @@
+#pragma once
+// The reducer's step accounting, free of actors: it tallies the members'
+// step records and cut reports, decides when a step is complete, commits
+// complete steps in order (or, after a fault, the steps the state source
+// holds), tallies evaluations, keeps the running statistics and the run
+// summary, and produces the step, epoch and recovery events.
+//
+// Exactly-once: a step is committed once, in order, and only after the
+// untouched indices of every member that was cut are in (they go back to
+// the ledger with the commit: See Note [Cutting a step short]). Commits are
+// what the loader applies to its issued_steps; tests/step_book_test.cpp
+// drives both through sequences of reports, cuts and failures and checks the
+// epoch ledger after each.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <span>
+#include <vector>
+
+#include "tensors/lr_schedule.hpp"
+#include "train/events.hpp"
+#include "train/step_record.hpp"
+#include "train/straggler.hpp"
+
+namespace dpactor {
+
+struct step_book_setup {
+  lr_schedule schedule;
+  std::int64_t start_step = 0;   // steps already trained (resume)
+  std::int64_t epoch_steps = 1;  // nominal steps per epoch
+  std::int64_t total_steps = 1;  // nominal steps of the run
+  std::int64_t log_every = 50;
+  bool verify_replicas = false;  // every member reports its checksum; a step needs them all
+  double smoothing = 0.3;        // of the members' throughput averages
+};
+
+// What a commit tells the loader: every step up to `through` is trained,
+// except the `returned` indices of cut members.
+struct step_commit {
+  std::int64_t through = -1;
+  std::vector<step_returned> returned;
+};
+
+// An epoch as the loader's ledger closed it.
+struct epoch_close {
+  std::int64_t epoch = 0;
+  std::int64_t committed = 0;  // indices committed in the epoch
+  std::int64_t requeued = 0;
+  bool evaluated = true;       // an evaluation of the test set follows
+};
+
+class step_book {
+ public:
+  using clock = std::chrono::steady_clock;
+  using event_sink = std::function<void(const event&)>;
+
+  step_book(step_book_setup setup, event_sink emit, clock::time_point now);
+
+  std::int64_t committed() const noexcept { return committed_; }
+  clock::time_point last_progress() const noexcept { return last_progress_; }
+  clock::time_point last_commit() const noexcept { return last_commit_; }
+  clock::time_point started() const noexcept { return started_; }
+  double median_step_s() const { return step_intervals_.median(); }
+  const throughput_tracker& throughput() const noexcept { return throughput_; }
+  run_summary& summary() noexcept { return summary_; }
+  const run_summary& summary() const noexcept { return summary_; }
+
+  // A new generation of `members` trains from committed() + 1: tallies of
+  // steps and evaluations in flight are dropped, throughput is measured anew.
+  void start_generation(std::int64_t generation, std::size_t members, clock::time_point now);
+
+  // A member's record of a step (rank 0 carries the step's statistics; with
+  // verify_replicas every member reports its checksum). Reports of a step
+  // committed already are ignored.
+  void record(std::int32_t rank, step_record&& rec);
+  // A cut member's untouched indices of `step`.
+  void cut(std::int64_t step, std::int32_t rank, std::span<const std::uint32_t> returned);
+  // Commits the complete steps that follow committed(), in order. Throws
+  // training_error if members' checksums differ (verify_replicas).
+  step_commit commit_ready(std::size_t members, clock::time_point now);
+  // After a fault: the state source holds every step up to `through`,
+  // complete or not; they are committed as they stand and everything in
+  // flight is dropped.
+  step_commit commit_through(std::int64_t through, clock::time_point now);
+
+  // A fault was detected: the first step the next generation commits emits
+  // a recovery event (the steps commit_through() commits do not).
+  void fault_detected(clock::time_point now) { fault_time_ = now; requeued_by_fault_ = 0; }
+  void requeued_by_fault(std::int64_t indices) { requeued_by_fault_ = indices; }
+
+  // One member's share of an evaluation; true once every member's is in
+  // (the summary then holds the test results, and an epoch's evaluation
+  // emits the epoch event).
+  bool evaluated(std::int64_t step, bool epoch_end, std::int64_t epoch, double loss_sum, std::int64_t correct,
+                 std::int64_t samples, std::size_t members, clock::time_point now);
+  // The loader closed an epoch; without an evaluation its event goes out now.
+  void epoch_closed(const epoch_close& e, clock::time_point now);
+
+ private:
+  struct step_tally {
+    std::int32_t reported = 0;
+    std::int64_t epoch = 0;
+    double loss_sum = 0.0;
+    std::int64_t correct = 0;
+    std::int64_t samples = 0;
+    std::optional<std::uint64_t> checksum;
+    bool checksums_differ = false;
+    bool stats_known = false;              // loss, counts and times came in (from rank 0)
+    std::set<std::int32_t> cut;            // ranks whose cut report is in
+    std::vector<std::uint32_t> returned;   // cut indices of all members
+    std::vector<float> compute_s;          // per member
+    std::vector<float> member_samples;     // per member
+    std::vector<float> member_returned;    // per member: how many indices a cut returned
+  };
+  struct eval_tally {
+    std::int32_t reported = 0;
+    std::int64_t epoch = 0;
+    double loss_sum = 0.0;
+    std::int64_t correct = 0;
+    std::int64_t samples = 0;
+  };
+  struct running_stats {
+    double loss_sum = 0.0;
+    std::int64_t correct = 0;
+    std::int64_t samples = 0;
+    clock::time_point since;
+  };
+
+  bool complete(const step_tally& t, std::size_t members) const;
+  void account(std::int64_t step, step_tally&& t, step_commit& commit, clock::time_point now);
+  void emit_step(std::int64_t step, std::int64_t epoch, clock::time_point now);
+  void emit_epoch(std::int64_t epoch, std::int64_t step, double test_loss, double test_accuracy, clock::time_point now);
+
+  step_book_setup setup_;
+  event_sink emit_;
+  std::int64_t committed_;
+  std::int64_t generation_ = 0;
+  std::map<std::int64_t, step_tally> steps_;
+  std::map<std::pair<std::int64_t, bool>, eval_tally> evals_;  // (step, epoch_end)
+  std::map<std::int64_t, epoch_close> epoch_closes_;
+  running_stats interval_, epoch_;
+  std::int64_t epoch_step_ = 0;
+  std::int64_t interval_cuts_ = 0;
+  std::int64_t rate_samples_ = 0;  // since interval_.since
+  double last_rate_ = 0.0;         // samples/s of the last step event
+  throughput_tracker throughput_;
+  rolling_median step_intervals_{64};
+  clock::time_point started_, last_commit_, last_progress_;
+  std::optional<clock::time_point> fault_time_;
+  std::int64_t requeued_by_fault_ = 0;
+  run_summary summary_;
+};
+
+}  // namespace dpactor

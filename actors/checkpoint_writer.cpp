@@ -4,9 +4,9 @@
 
 namespace dpactor {
 
-caf::behavior checkpoint_writer_actor(caf::event_based_actor* self, std::shared_ptr<const checkpoint_writer_setup> setup) {
+checkpoint_writer_actor::behavior_type checkpoint_writer_behavior(std::shared_ptr<const checkpoint_writer_setup> setup) {
   return {
-      [self, setup](const write_checkpoint_msg& msg) {
+      [setup](const write_checkpoint_msg& msg) {
         trainer_record record;
         record.step = msg.step + 1;
         record.epoch = msg.position.epoch;
@@ -21,7 +21,7 @@ caf::behavior checkpoint_writer_actor(caf::event_based_actor* self, std::shared_
         } catch (const std::exception& e) {
           reply.error = e.what();
         }
-        self->send(caf::actor_cast<caf::actor>(self->current_sender()), std::move(reply));
+        return reply;
       },
   };
 }

@@ -8,7 +8,7 @@
 
 #include <caf/all.hpp>
 
-#include "actors/messages.hpp"
+#include "actors/protocol.hpp"
 #include "tensors/replica.hpp"
 
 namespace dpactor {
@@ -23,7 +23,7 @@ struct checkpoint_writer_setup {
   std::int64_t keep = 0;
 };
 
-// Handles write_checkpoint_msg; sends checkpoint_written_msg back to the sender.
-caf::behavior checkpoint_writer_actor(caf::event_based_actor* self, std::shared_ptr<const checkpoint_writer_setup> setup);
+// Answers each write_checkpoint_msg with a checkpoint_written_msg.
+checkpoint_writer_actor::behavior_type checkpoint_writer_behavior(std::shared_ptr<const checkpoint_writer_setup> setup);
 
 }  // namespace dpactor

@@ -11,7 +11,7 @@
 namespace dpactor {
 namespace {
 
-using device_ptr = caf::stateful_actor<device_state>*;
+using device_ptr = device_actor::stateful_pointer<device_state>;
 
 void report_failure(device_ptr self, std::int64_t step, const std::string& what) {
   auto& st = self->state;
@@ -66,7 +66,7 @@ void late_reporter::on_late(std::span<const int> missing_ranks) {
   self->send(st.reducer, late_msg{st.generation, step, st.rank, {missing_ranks.begin(), missing_ranks.end()}});
 }
 
-caf::behavior device_actor(caf::stateful_actor<device_state>* self, std::shared_ptr<device_setup> setup) {
+device_actor::behavior_type device_behavior(device_ptr self, std::shared_ptr<device_setup> setup) {
   flush_denormals_to_zero();  // a detached actor is initialised on its own thread
   self->state.setup = std::move(setup);
   self->state.late.self = self;

@@ -1,15 +1,18 @@
 #pragma once
 // The device actor: a detached actor (its own thread) owning one replica.
-// For each shard it runs forward and backward in micro-batches, reports
-// `computed` to the reducer *before* entering the collective (so the reducer
-// sees who is late), sums gradients and sample counts with the other members,
-// applies the optimizer, and reports `step_done`. Nothing on this path waits
-// for the reducer: see Note [Work flows through the loader].
+// For each step of a shard message its step runner (train/step_runner.hpp)
+// runs forward and backward in micro-batches, then the step's collectives and
+// this member's part of the optimizer step. The device reports to the reducer
+// only what the collective cannot carry: the untouched indices of a cut
+// shard (shard_cut_msg), who it waits for past its deadline (late_msg), and,
+// from the first member, the records of the message's steps once they are
+// done (steps_done_msg, See Note [One step report]). Nothing on this path
+// waits for the reducer: see Note [Work flows through the loader].
 //
-// Handles, from the loader in order: begin_generation_msg, shard_msg (one or
-// more consecutive steps),
-// evaluate_msg, snapshot_msg, finish_msg; from the reducer: suspend_atom,
-// state_atom, inject_msg; from the engine: params_request.
+// Its interface is device_actor (actors/protocol.hpp): from the loader, in
+// order, begin_generation_msg, shard_msg (one or more consecutive steps),
+// evaluate_msg, snapshot_msg, finish_msg; from the reducer suspend_atom and
+// state_atom (requests), inject_msg and params_request.
 //
 // Note [Cutting a step short]
 // A cut must reach a device in the middle of its step, but an actor reads its
@@ -30,7 +33,7 @@
 #include <caf/all.hpp>
 
 #include "train/fault_plan.hpp"
-#include "actors/messages.hpp"
+#include "actors/protocol.hpp"
 #include "train/step_runner.hpp"
 #include "train/straggler.hpp"
 #include "comms/collective.hpp"
@@ -64,7 +67,7 @@ struct device_setup {
 // Tells the reducer who is late in the current step's collective.
 struct late_reporter final : late_observer {
   void on_late(std::span<const int> missing_ranks) override;
-  caf::stateful_actor<struct device_state>* self = nullptr;
+  device_actor::stateful_pointer<struct device_state> self = nullptr;
   std::int64_t step = 0;
 };
 
@@ -72,7 +75,7 @@ struct device_state {
   std::shared_ptr<device_setup> setup;
   std::shared_ptr<collective_group> group;
   std::unique_ptr<collective> comm;
-  caf::actor reducer;  // from the generation's begin message
+  reducer_actor reducer;  // from the generation's begin message
   std::int64_t generation = -1;
   std::int32_t rank = -1;
   std::int64_t last_step = -1;  // last step whose update this replica applied
@@ -83,6 +86,7 @@ struct device_state {
   static inline const char* name = "device";
 };
 
-caf::behavior device_actor(caf::stateful_actor<device_state>* self, std::shared_ptr<device_setup> setup);
+device_actor::behavior_type device_behavior(device_actor::stateful_pointer<device_state> self,
+                                            std::shared_ptr<device_setup> setup);
 
 }  // namespace dpactor

@@ -7,7 +7,7 @@
 namespace dpactor {
 namespace {
 
-using loader_ptr = caf::stateful_actor<loader_state>*;
+using loader_ptr = loader_actor::stateful_pointer<loader_state>;
 
 // Rows [begin, end) of `total` for member `rank` of `size`: as even as
 // possible, the first (total % size) members taking one more.
@@ -199,7 +199,7 @@ void roll_back(loader_ptr self, const rollback_msg& msg) {
 
 }  // namespace
 
-caf::behavior loader_actor(caf::stateful_actor<loader_state>* self, loader_setup setup) {
+loader_actor::behavior_type loader_behavior(loader_ptr self, loader_setup setup) {
   auto& st = self->state;
   st.setup = std::move(setup);
   st.issued.emplace(st.setup.train_rows, st.setup.seed, st.setup.shuffle);

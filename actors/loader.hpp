@@ -34,7 +34,7 @@
 
 #include <caf/all.hpp>
 
-#include "actors/messages.hpp"
+#include "actors/protocol.hpp"
 #include "train/issued_steps.hpp"
 
 namespace dpactor {
@@ -58,7 +58,7 @@ struct loader_setup {
 
 struct loader_state {
   loader_setup setup;
-  caf::actor reducer;  // from the generation plan
+  reducer_actor reducer;  // from the generation plan
   std::optional<issued_steps> issued;  // the epoch ledger and the steps in flight
   generation_plan plan;
   bool have_plan = false;
@@ -78,6 +78,6 @@ struct loader_state {
   static inline const char* name = "loader";
 };
 
-caf::behavior loader_actor(caf::stateful_actor<loader_state>* self, loader_setup setup);
+loader_actor::behavior_type loader_behavior(loader_actor::stateful_pointer<loader_state> self, loader_setup setup);
 
 }  // namespace dpactor

@@ -35,8 +35,26 @@ void try_write_checkpoint(reducer_ptr self, std::int64_t step) {
   auto it = st.checkpoints.find(step);
   if (it == st.checkpoints.end() || it->second.sent || !it->second.state || !it->second.position || !st.setup.writer) return;
   it->second.sent = true;
-  self->send(st.setup.writer, write_checkpoint_msg{step, it->second.position->epoch, false, std::move(*it->second.state),
-                                                   *it->second.position});
+  write_checkpoint(self, write_checkpoint_msg{step, it->second.position->epoch, false, std::move(*it->second.state),
+                                              *it->second.position});
+}
+
+void on_checkpoint_written(reducer_ptr self, const checkpoint_written_msg& msg) {
+  auto& st = self->state;
+  st.checkpoints.erase(msg.step);
+  if (!msg.error.empty()) {
+    fail_run(self, std::make_exception_ptr(checkpoint_error(msg.error)));
+    return;
+  }
+  spdlog::info("checkpoint written: {}", msg.path);
+  st.book->summary().checkpoint = msg.path;
+  st.last_checkpoint = msg.step;
+  if (st.current == phase::stopping) {
+    fail_run(self, std::make_exception_ptr(training_error(st.stop_message + "; checkpoint written to " + msg.path)));
+    return;
+  }
+  st.setup.control->emit(checkpoint_event{msg.step + 1, msg.path});
+  maybe_finish(self);
 }
 
 void update_shares(reducer_ptr self) {
@@ -129,6 +147,16 @@ void maybe_finish(reducer_ptr self) {
   st.setup.control->finish(s);
 }
 
+void write_checkpoint(reducer_ptr self, write_checkpoint_msg msg) {
+  const std::int64_t step = msg.step;
+  // Writing takes as long as the disk does: no timeout.
+  self->request(self->state.setup.writer, caf::infinite, std::move(msg))
+      .then([self](const checkpoint_written_msg& written) { on_checkpoint_written(self, written); },
+            [self, step](const caf::error& err) {
+              on_checkpoint_written(self, {step, {}, "the checkpoint writer failed: " + caf::to_string(err)});
+            });
+}
+
 void fail_run(reducer_ptr self, std::exception_ptr error) {
   auto& st = self->state;
   if (st.failed) return;
@@ -137,7 +165,7 @@ void fail_run(reducer_ptr self, std::exception_ptr error) {
   st.setup.control->fail(std::move(error));
 }
 
-caf::behavior reducer_actor(caf::stateful_actor<reducer_state>* self, reducer_setup setup) {
+reducer_actor::behavior_type reducer_behavior(reducer_ptr self, reducer_setup setup) {
   self->state.setup = std::move(setup);
   self->set_down_handler([self](const caf::down_msg& msg) {
     auto& st = self->state;
@@ -201,23 +229,6 @@ caf::behavior reducer_actor(caf::stateful_actor<reducer_state>* self, reducer_se
       [self](ledger_snapshot_msg& msg) {
         self->state.checkpoints[msg.step].position = std::move(msg.position);
         try_write_checkpoint(self, msg.step);
-      },
-      [self](const checkpoint_written_msg& msg) {
-        auto& st = self->state;
-        st.checkpoints.erase(msg.step);
-        if (!msg.error.empty()) {
-          fail_run(self, std::make_exception_ptr(checkpoint_error(msg.error)));
-          return;
-        }
-        spdlog::info("checkpoint written: {}", msg.path);
-        st.book->summary().checkpoint = msg.path;
-        st.last_checkpoint = msg.step;
-        if (st.current == phase::stopping) {
-          fail_run(self, std::make_exception_ptr(training_error(st.stop_message + "; checkpoint written to " + msg.path)));
-          return;
-        }
-        st.setup.control->emit(checkpoint_event{msg.step + 1, msg.path});
-        maybe_finish(self);
       },
       [self](const work_done_msg& msg) {
         auto& st = self->state;

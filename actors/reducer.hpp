@@ -35,7 +35,7 @@
 
 #include <caf/all.hpp>
 
-#include "actors/messages.hpp"
+#include "actors/protocol.hpp"
 #include "actors/run_control.hpp"
 #include "config/job_config.hpp"
 #include "train/fault_plan.hpp"
@@ -46,7 +46,7 @@
 namespace dpactor {
 
 struct member_handle {
-  caf::actor actor;
+  device_actor actor;
   int id = 0;
   std::string name;
   std::shared_ptr<device_control> control;
@@ -59,8 +59,8 @@ struct reducer_setup {
   std::function<member_handle(int id)> spawn_device;
   // The collective group of a generation, for its members' device ids.
   std::function<std::shared_ptr<collective_group>(const std::vector<int>& ids)> make_group;
-  caf::actor loader;
-  caf::actor writer;  // invalid when checkpoints are off
+  loader_actor loader;
+  checkpoint_writer_actor writer;  // invalid when checkpoints are off
   step_book_setup book;
   straggler_config straggler;
   std::int64_t min_devices = 1;
@@ -108,9 +108,9 @@ struct reducer_state {
   const member_handle& handle(std::size_t rank) const { return devices.at(members->members().at(rank).id); }
 };
 
-using reducer_ptr = caf::stateful_actor<reducer_state>*;
+using reducer_ptr = reducer_actor::stateful_pointer<reducer_state>;
 
-caf::behavior reducer_actor(caf::stateful_actor<reducer_state>* self, reducer_setup setup);
+reducer_actor::behavior_type reducer_behavior(reducer_ptr self, reducer_setup setup);
 
 // Generations (reducer_generations.cpp), used by the reducer's handlers.
 void form_generation(reducer_ptr self, std::int32_t state_source);
@@ -122,5 +122,7 @@ void on_suspend_reply(reducer_ptr self, std::int64_t generation, int id, std::op
 // Steps (reducer.cpp), used by the generation code.
 void maybe_finish(reducer_ptr self);
 void fail_run(reducer_ptr self, std::exception_ptr error);
+// Has the writer write a checkpoint; its answer goes to the step code.
+void write_checkpoint(reducer_ptr self, write_checkpoint_msg msg);
 
 }  // namespace dpactor

@@ -30,7 +30,7 @@ caf::duration as_duration(double s) {
 void let_go(reducer_ptr self, int id) {
   auto& st = self->state;
   const member_handle& h = st.devices.at(id);
-  self->demonitor(h.actor);
+  self->demonitor(h.actor.address());
   self->send_exit(h.actor, caf::exit_reason::user_shutdown);
   st.awaiting_suspend.erase(id);
 }
@@ -71,8 +71,7 @@ void write_stop_checkpoint(reducer_ptr self, std::int64_t step, std::vector<floa
   self->request(st.setup.loader, stop_request_timeout, ledger_atom::value)
       .then(
           [self, step, state = std::move(state)](ledger_snapshot_msg& ledger) mutable {
-            write_checkpoint_msg msg{step, ledger.position.epoch, true, std::move(state), std::move(ledger.position)};
-            self->send(self->state.setup.writer, std::move(msg));
+            write_checkpoint(self, {step, ledger.position.epoch, true, std::move(state), std::move(ledger.position)});
           },
           [self](caf::error& err) {
             fail_run(self, std::make_exception_ptr(training_error(self->state.stop_message + "; no checkpoint: the loader did not answer (" +
@@ -80,7 +79,7 @@ void write_stop_checkpoint(reducer_ptr self, std::int64_t step, std::vector<floa
           });
 }
 
-void stop_below_minimum(reducer_ptr self, std::int64_t step, std::optional<caf::actor> source) {
+void stop_below_minimum(reducer_ptr self, std::int64_t step, std::optional<device_actor> source) {
   auto& st = self->state;
   st.current = phase::stopping;
   const std::size_t live = st.members->live();
@@ -166,7 +165,7 @@ void form_generation(reducer_ptr self, std::int32_t state_source) {
   const auto now = clock_type::now();
   const std::string reason = st.members->form_generation();
   st.plan.generation = st.members->generation();
-  st.plan.reducer = self;
+  st.plan.reducer = caf::actor_cast<reducer_actor>(self);
   st.plan.members.clear();
   std::vector<int> ids;
   membership_event e{st.plan.generation, st.book->committed() + 1, {}, {}, reason};

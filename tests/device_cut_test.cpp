@@ -10,7 +10,7 @@
 #include <caf/all.hpp>
 
 #include "actors/device.hpp"
-#include "actors/messages.hpp"
+#include "actors/protocol.hpp"
 #include "comms/local.hpp"
 
 namespace dpactor {
@@ -81,10 +81,10 @@ TEST(DeviceCut, ReturnsExactlyTheUntouchedIndices) {
   setup->model = std::move(model);
   setup->train = data;
   setup->test = data;
-  const caf::actor device = system.spawn<caf::detached>(device_actor, setup);
+  const device_actor device = system.spawn<caf::detached>(device_behavior, setup);
 
   group_ticket ticket{"local", 0, "", make_local_group(1)};
-  self->send(device, begin_generation_msg{0, caf::actor{self}, 0, 1, 0, ticket});
+  self->send(device, begin_generation_msg{0, caf::actor_cast<reducer_actor>(self), 0, 1, 0, ticket});
   const std::vector<std::uint32_t> shard{11, 3, 7, 19, 0, 5, 2};
   self->send(device, shard_msg{0, {step_shard{3, 0, shard}}});
 

@@ -1,0 +1,148 @@
+#include "actors/launch.hpp"
+
+#include <algorithm>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "actors/backend.hpp"
+#include "config/config_file.hpp"
+#include "tensors/error.hpp"
+#include "train/checkpoint.hpp"
+
+namespace dpactor {
+namespace {
+
+// Scheduler threads for the event-based actors (loader, reducer). Devices and
+// the checkpoint writer are detached and bring their own threads.
+constexpr std::size_t scheduler_threads = 1;
+
+// Without cuts, a member reports who it waits for only after this long: the
+// report then serves to name the suspects if the step hangs.
+constexpr double late_factor_without_cuts = 20.0;
+constexpr double late_floor_without_cuts_s = 0.05;
+
+int hardware_cores() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }
+
+// The state every member starts from: fresh, from weights, or resumed.
+void load_initial_state(const job_config& config, const run_options& options, launch_plan& plan) {
+  if (!options.resume_from.empty()) {
+    loaded_checkpoint ckpt = read_checkpoint(options.resume_from, plan.layout);
+    const trainer_record& r = ckpt.record;
+    const std::string where = ckpt.directory.string() + ": ";
+    if (r.train_samples != plan.data.train->rows)
+      throw checkpoint_error(where + "the checkpoint was trained on " + std::to_string(r.train_samples) +
+                             " samples, the configured training set has " + std::to_string(plan.data.train->rows));
+    if (r.seed != static_cast<std::uint64_t>(config.train.seed) || r.shuffle != config.train.shuffle)
+      throw config_error(where + "the checkpoint was trained with train.seed = " + std::to_string(r.seed) +
+                         " and train.shuffle = " + (r.shuffle ? "true" : "false") +
+                         "; resuming needs the same values (they define the epoch order)");
+    plan.initial_state = std::make_shared<const std::vector<float>>(std::move(ckpt.state));
+    plan.start_step = r.step;
+    plan.resume_position = r.position;
+    spdlog::info("resuming from {} at step {}, epoch {}", ckpt.directory.string(), r.step, r.position.epoch + 1);
+    return;
+  }
+  std::vector<float> state(plan.layout.total_size(), 0.0f);
+  if (!options.init_from.empty()) {
+    const std::vector<float> params = read_model_weights(options.init_from, plan.layout);
+    std::copy(params.begin(), params.end(), state.begin());
+  } else {
+    init_mlp_parameters(config.model, std::span<float>(state).first(plan.layout.parameter_size),
+                        static_cast<std::uint64_t>(config.train.seed));
+  }
+  plan.initial_state = std::make_shared<const std::vector<float>>(std::move(state));
+}
+
+}  // namespace
+
+launch_plan prepare_launch(const job_config& config, const run_options& options, int replicas) {
+  launch_plan plan;
+  plan.faults = parse_fault_specs(config.faults.inject);
+  if (!config.cluster.gpus.empty())
+    for (const auto& f : plan.faults)
+      if (f.kind == fault_kind::join)
+        throw config_error(f.text + ": a CPU device cannot join a job on GPUs (NCCL groups GPU ranks only)");
+  plan.data = load_data(config.data, config.model.inputs(), config.model.outputs());
+  plan.replicas = replicas;
+  plan.blas_threads = config.cluster.blas_threads > 0 ? static_cast<int>(config.cluster.blas_threads)
+                                                      : std::max(1, hardware_cores() / replicas);
+  plan.layout = make_state_layout(config.model, config.optimizer);
+  load_initial_state(config, options, plan);
+  const auto rows = static_cast<std::int64_t>(plan.data.train->rows);
+  plan.epoch_steps = (rows + config.train.batch_size - 1) / config.train.batch_size;
+  plan.run_steps = plan.epoch_steps * config.train.epochs;
+  if (config.train.max_steps > 0) plan.run_steps = std::min(plan.run_steps, config.train.max_steps);
+  plan.schedule = make_lr_schedule(config, plan.run_steps);
+  return plan;
+}
+
+std::unique_ptr<caf::actor_system_config> make_system_config() {
+  auto cfg = std::make_unique<caf::actor_system_config>();
+  register_message_types(*cfg);
+  cfg->set("scheduler.max-threads", scheduler_threads);
+  // Workers that sleep until a message arrives: the work-stealing default
+  // polls, and its polling took a fifth of the throughput from the devices'
+  // cores on a 2-core machine (docs/PERFORMANCE.md).
+  cfg->set("scheduler.policy", caf::atom("sharing"));
+  return cfg;
+}
+
+std::shared_ptr<device_setup> make_device_setup(const job_config& config, const launch_plan& plan, int id) {
+  auto setup = std::make_shared<device_setup>();
+  setup->id = id;
+  setup->name = device_name(config, id);
+  setup->model = make_replica(config, static_cast<std::size_t>(config.train.micro_batch), id);
+  setup->model->import_state(*plan.initial_state);  // a newcomer is overwritten by the generation's broadcast
+  setup->train = plan.data.train;
+  setup->test = plan.data.test;
+  setup->schedule = plan.schedule;
+  setup->collective.timeout =
+      std::chrono::milliseconds(static_cast<std::int64_t>(config.cluster.collective_timeout_s * 1000.0));
+  setup->verify_replicas = config.train.verify_replicas;
+  const bool cuts =
+      config.straggler.policy == straggler_policy::cut || config.straggler.policy == straggler_policy::balance_cut;
+  // Without cuts, lateness is reported only to name suspects of a hang.
+  setup->late_factor = cuts ? config.straggler.deadline_factor : late_factor_without_cuts;
+  setup->late_floor_s = cuts ? config.straggler.deadline_floor_ms / 1000.0 : late_floor_without_cuts_s;
+  setup->control = std::make_shared<device_control>();
+  for (const auto& f : plan.faults)
+    if (is_device_fault(f) && f.device == id) setup->faults.push_back(f);
+  setup->fault_seed = static_cast<std::uint64_t>(config.faults.seed);
+  setup->buckets.cap_bytes = std::max<std::size_t>(1, static_cast<std::size_t>(config.cluster.bucket_cap_mb * (1 << 20)));
+  setup->buckets.first_bytes = std::max<std::size_t>(1, static_cast<std::size_t>(config.cluster.first_bucket_mb * (1 << 20)));
+  return setup;
+}
+
+loader_setup make_loader_setup(const job_config& config, const launch_plan& plan) {
+  loader_setup ls;
+  ls.train_rows = plan.data.train->rows;
+  ls.test_rows = plan.data.test->rows;
+  ls.batch_size = config.train.batch_size;
+  ls.epochs = config.train.epochs;
+  ls.eval_every = config.train.eval_every;
+  ls.max_steps = config.train.max_steps;
+  ls.prefetch = config.train.prefetch;
+  ls.steps_per_message = config.train.steps_per_message;
+  ls.seed = static_cast<std::uint64_t>(config.train.seed);
+  ls.shuffle = config.train.shuffle;
+  ls.checkpoints = !config.train.checkpoint_dir.empty();
+  ls.checkpoint_every = config.train.checkpoint_every;
+  ls.start_step = plan.start_step;
+  ls.resume_position = plan.resume_position;
+  return ls;
+}
+
+std::shared_ptr<const checkpoint_writer_setup> make_writer_setup(const job_config& config, const launch_plan& plan) {
+  auto setup = std::make_shared<checkpoint_writer_setup>();
+  setup->root = config.train.checkpoint_dir;
+  setup->layout = plan.layout;
+  setup->seed = static_cast<std::uint64_t>(config.train.seed);
+  setup->shuffle = config.train.shuffle;
+  setup->train_samples = plan.data.train->rows;
+  setup->config_toml = dump_job_config(config);
+  setup->keep = config.train.keep_checkpoints;
+  return setup;
+}
+
+}  // namespace dpactor

@@ -1,0 +1,50 @@
+#pragma once
+// What a run starts from, prepared before any actor exists: the data, the
+// replica state and where it comes from (fresh, from weights, or resumed),
+// the run's length and learning-rate schedule, the fault plan; and the setups
+// of the actors that the engine spawns from it (actors/engine.cpp).
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include <caf/all.hpp>
+
+#include "actors/checkpoint_writer.hpp"
+#include "actors/device.hpp"
+#include "actors/engine.hpp"
+#include "actors/loader.hpp"
+#include "data/loading.hpp"
+#include "train/fault_plan.hpp"
+
+namespace dpactor {
+
+struct launch_plan {
+  train_test_data data;
+  state_layout layout;
+  std::shared_ptr<const std::vector<float>> initial_state;  // every device starts from it
+  std::int64_t start_step = 0;                  // steps already trained (resume)
+  std::optional<ledger_position> resume_position;
+  std::int64_t epoch_steps = 1;                 // nominal steps per epoch
+  std::int64_t run_steps = 1;                   // nominal steps of the run
+  lr_schedule schedule;
+  std::vector<fault_spec> faults;
+  int replicas = 1;
+  int blas_threads = 1;                         // per replica
+};
+
+// Loads the data and the initial state and plans the run. Throws data_error,
+// checkpoint_error or config_error.
+launch_plan prepare_launch(const job_config& config, const run_options& options, int replicas);
+
+// The actor system's configuration: message types, one scheduler thread that
+// sleeps while idle.
+std::unique_ptr<caf::actor_system_config> make_system_config();
+
+// Device `id`'s setup, with its replica built and holding the initial state.
+std::shared_ptr<device_setup> make_device_setup(const job_config& config, const launch_plan& plan, int id);
+loader_setup make_loader_setup(const job_config& config, const launch_plan& plan);
+std::shared_ptr<const checkpoint_writer_setup> make_writer_setup(const job_config& config, const launch_plan& plan);
+
+}  // namespace dpactor

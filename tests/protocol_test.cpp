@@ -1,0 +1,87 @@
+// The actor protocol's registration: every type in the type ID block can be
+// made by name and crosses a serializer unchanged; the in-process requests
+// that carry promises are not registered.
+
+#include <gtest/gtest.h>
+
+#include <utility>
+
+#include <caf/all.hpp>
+#include <caf/binary_deserializer.hpp>
+#include <caf/binary_serializer.hpp>
+
+#include "actors/protocol.hpp"
+
+namespace dpactor {
+namespace {
+
+template <class T>
+T round_trip(caf::actor_system& sys, T x) {
+  std::vector<char> buf;
+  caf::binary_serializer sink{sys, buf};
+  EXPECT_FALSE(sink(x)) << "serialising " << caf::type_name<T>::value;
+  T back;
+  caf::binary_deserializer source{sys, buf};
+  EXPECT_FALSE(source(back)) << "deserialising " << caf::type_name<T>::value;
+  return back;
+}
+
+template <caf::type_id_t Id>
+void expect_registered(caf::actor_system& sys, int& count) {
+  const char* name = caf::type_name_by_id<Id>::value;
+  EXPECT_NE(sys.types().make_value(name), nullptr) << name;
+  ++count;
+}
+
+template <caf::type_id_t... Offsets>
+void expect_block_registered(caf::actor_system& sys, int& count, std::integer_sequence<caf::type_id_t, Offsets...>) {
+  (expect_registered<caf::id_block::dpactor::begin + Offsets>(sys, count), ...);
+}
+
+TEST(Protocol, EveryTypeOfTheBlockIsRegisteredByName) {
+  caf::actor_system_config cfg;
+  register_message_types(cfg);
+  caf::actor_system sys{cfg};
+  int registered = 0;
+  expect_block_registered(sys, registered,
+                          std::make_integer_sequence<caf::type_id_t, caf::id_block::dpactor::end - caf::id_block::dpactor::begin>{});
+  EXPECT_GE(registered, 30);
+}
+
+TEST(Protocol, InProcessRequestsAreNotRegistered) {
+  caf::actor_system_config cfg;
+  register_message_types(cfg);
+  caf::actor_system sys{cfg};
+  EXPECT_EQ(sys.types().make_value(typeid(params_request)), nullptr);
+  EXPECT_EQ(sys.types().make_value(typeid(add_device_msg)), nullptr);
+}
+
+TEST(Protocol, MessagesCrossASerializerUnchanged) {
+  caf::actor_system_config cfg;
+  register_message_types(cfg);
+  caf::actor_system sys{cfg};
+  const shard_msg shards{7, {step_shard{3, 1, {5, 9, 2}}, step_shard{4, 1, {}}}};
+  const shard_msg s = round_trip(sys, shards);
+  EXPECT_EQ(s.generation, 7);
+  ASSERT_EQ(s.steps.size(), 2u);
+  EXPECT_EQ(s.steps[0].indices, (std::vector<std::uint32_t>{5, 9, 2}));
+  EXPECT_EQ(s.steps[1].step, 4);
+
+  step_record r{12, 2, 3.5, 40, 64, 99, {0.25f}, {64.0f}, {0.0f}};
+  const steps_done_msg d = round_trip(sys, steps_done_msg{3, 0, {r}});
+  ASSERT_EQ(d.steps.size(), 1u);
+  EXPECT_EQ(d.steps[0].checksum, 99u);
+  EXPECT_EQ(d.steps[0].compute_s, std::vector<float>{0.25f});
+
+  const write_checkpoint_msg w = round_trip(sys, write_checkpoint_msg{5, 1, true, {1.0f, 2.0f}, {1, 17, {3, 4}}});
+  EXPECT_EQ(w.state, (std::vector<float>{1.0f, 2.0f}));
+  EXPECT_EQ(w.position.front, (std::vector<std::uint32_t>{3, 4}));
+
+  group_ticket ticket{"gloo", 4, "store/4", nullptr};
+  const generation_plan p = round_trip(sys, generation_plan{4, {}, {}, 1, ticket, -2});
+  EXPECT_EQ(p.group.rendezvous_id, "store/4");
+  EXPECT_EQ(p.state_source, 1);
+}
+
+}  // namespace
+}  // namespace dpactor

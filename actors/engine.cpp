@@ -156,8 +156,10 @@ void Engine::start() {
     m.reducer = reducer;
     m.running = true;
   }
-  caf::anon_send(reducer, start_atom::value);
+  // A stop asked for before start() goes first: the loader then learns of it
+  // before the first generation's plan, and issues nothing.
   if (m.stop_requested) caf::anon_send(reducer, stop_atom::value);
+  caf::anon_send(reducer, start_atom::value);
 }
 
 run_summary Engine::wait() {

@@ -1,8 +1,6 @@
 // dpactor: the command-line client of dpactor::Engine.
 //
-// Exit codes (docs/cli.md): 0 success; 1 internal error; 2 usage or config
-// error; 3 data error; 4 checkpoint error; 5 training failed; 130 / 143 stopped
-// by SIGINT / SIGTERM (after writing a checkpoint).
+// Exit codes: cli/exit_codes.hpp and docs/cli.md.
 
 #include <unistd.h>
 
@@ -17,6 +15,7 @@
 #include "config/config_file.hpp"
 #include "actors/engine.hpp"
 #include "train/fault_plan.hpp"
+#include "cli/exit_codes.hpp"
 #include "cli/gpu_discovery.hpp"
 #include "cli/metrics_file.hpp"
 #include "cli/options.hpp"
@@ -114,7 +113,7 @@ int run(int argc, char** argv, cli::signal_watch& signals) {
   if (const int sig = signals.received(); sig != 0) {
     if (!summary.checkpoint.empty())
       spdlog::warn("stopped by signal; resume with --resume {}", summary.checkpoint);
-    return 128 + sig;
+    return cli::exit_code_for_signal(sig);
   }
   return 0;
 }
@@ -126,8 +125,8 @@ int main(int argc, char** argv) {
   try {
     return run(argc, argv, signals);
   } catch (const dpactor::error& e) {
-    return fail(e.what(), e.exit_code());
+    return fail(e.what(), cli::exit_code_for(e.kind()));
   } catch (const std::exception& e) {
-    return fail(std::string("internal error: ") + e.what(), 1);
+    return fail(std::string("internal error: ") + e.what(), cli::exit_internal);
   }
 }

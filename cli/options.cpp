@@ -2,6 +2,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/exit_codes.hpp"
 #include "cli/version.hpp"
 
 namespace dpactor::cli {
@@ -48,7 +49,7 @@ std::optional<int> parse_options(int argc, char** argv, options& out) {
     if (!out.config_reference && model->count() == 0) throw CLI::RequiredError("--model");
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
-    return code == 0 ? 0 : 2;
+    return code == 0 ? exit_success : exit_config;
   }
   auto add = [&](const char* key, const auto& value) {
     if (value) out.sets.push_back(std::string(key) + "=" + [&] {

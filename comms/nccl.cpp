@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "comms/driver_group.hpp"
+#include "cuda/check.hpp"
 
 namespace dpactor {
 namespace {
@@ -29,13 +30,13 @@ class nccl_driver final : public collective_driver {
  public:
   nccl_driver(int rank, int size, int device, const ncclUniqueId& id) : device_(device) {
     try {
-      check_cuda(cudaSetDevice(device), "cudaSetDevice");
-      check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-      check_cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreate");
-      check_cuda(cudaEventCreateWithFlags(&produced_, cudaEventDisableTiming), "cudaEventCreate");
+      CUDA_CHECK(cudaSetDevice(device));
+      CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+      CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+      CUDA_CHECK(cudaEventCreateWithFlags(&produced_, cudaEventDisableTiming));
       ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
       config.blocking = 0;  // set-up and calls return at once; poll ncclCommGetAsyncError
-      check_nccl(ncclCommInitRankConfig(&comm_, size, id, rank, &config), "ncclCommInitRankConfig");
+      NCCL_CHECK(ncclCommInitRankConfig(&comm_, size, id, rank, &config));
     } catch (...) {
       release();
       throw;
@@ -50,7 +51,7 @@ class nccl_driver final : public collective_driver {
 
   void all_reduce_sum(float* data, std::size_t n) override {
     staged_call(data, n, [&](float* buf) {
-      check_nccl(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm_, stream_), "ncclAllReduce");
+      NCCL_CHECK(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm_, stream_));
     });
   }
 
@@ -62,17 +63,17 @@ class nccl_driver final : public collective_driver {
     device_scope on_device(device_);
     ready();
     if (after != nullptr) {
-      check_cuda(cudaEventRecord(produced_, static_cast<cudaStream_t>(after)), "cudaEventRecord");
-      check_cuda(cudaStreamWaitEvent(stream_, produced_, 0), "cudaStreamWaitEvent");
+      CUDA_CHECK(cudaEventRecord(produced_, static_cast<cudaStream_t>(after)));
+      CUDA_CHECK(cudaStreamWaitEvent(stream_, produced_, 0));
     }
-    check_nccl(ncclAllReduce(data, data, n, ncclFloat, ncclSum, comm_, stream_), "ncclAllReduce");
+    NCCL_CHECK(ncclAllReduce(data, data, n, ncclFloat, ncclSum, comm_, stream_));
     settle();
     record_done();
   }
 
   void broadcast(float* data, std::size_t n, int root) override {
     staged_call(data, n, [&](float* buf) {
-      check_nccl(ncclBroadcast(buf, buf, n, ncclFloat, root, comm_, stream_), "ncclBroadcast");
+      NCCL_CHECK(ncclBroadcast(buf, buf, n, ncclFloat, root, comm_, stream_));
     });
   }
 
@@ -85,7 +86,7 @@ class nccl_driver final : public collective_driver {
     const std::size_t ranks = buffers.empty() ? 0 : chunks.size() / buffers.size();
     for (std::size_t i = 0; i < buffers.size(); ++i) {
       const std::span<float> b = buffers[i];
-      check_nccl(ncclGroupStart(), "ncclGroupStart");
+      NCCL_CHECK(ncclGroupStart());
       // ncclGroupEnd must follow ncclGroupStart also when a call throws; its
       // own failure counts like any other.
       bool ended = false;
@@ -98,12 +99,11 @@ class nccl_driver final : public collective_driver {
       for (std::size_t k = 0; k < ranks; ++k) {
         const auto [begin, end] = chunks[i * ranks + k];
         if (end > begin)
-          check_nccl(ncclBroadcast(b.data() + begin, b.data() + begin, end - begin, ncclFloat, static_cast<int>(k),
-                                   comm_, stream_),
-                     "ncclBroadcast");
+          NCCL_CHECK(ncclBroadcast(b.data() + begin, b.data() + begin, end - begin, ncclFloat, static_cast<int>(k),
+                                   comm_, stream_));
       }
       ended = true;
-      check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+      NCCL_CHECK(ncclGroupEnd());
       settle();
     }
     record_done();
@@ -152,14 +152,6 @@ class nccl_driver final : public collective_driver {
   }
 
  private:
-  static void check_cuda(cudaError_t e, const char* call) {
-    if (e != cudaSuccess) throw std::runtime_error(std::string(call) + " failed: " + cuda_text(e));
-  }
-  static void check_nccl(ncclResult_t r, const char* call) {
-    if (r != ncclSuccess && r != ncclInProgress)
-      throw std::runtime_error(std::string(call) + " failed: " + ncclGetErrorString(r));
-  }
-
   // One call on `data`, which may be host memory (See stage_in): `call`
   // enqueues the collective on the buffer it is given.
   template <class Call>
@@ -208,13 +200,12 @@ class nccl_driver final : public collective_driver {
     if (scratch_size_ < n) {
       if (device_scratch_ != nullptr) cudaFree(device_scratch_);
       if (host_scratch_ != nullptr) cudaFreeHost(host_scratch_);
-      check_cuda(cudaMalloc(reinterpret_cast<void**>(&device_scratch_), n * sizeof(float)), "cudaMalloc");
-      check_cuda(cudaMallocHost(reinterpret_cast<void**>(&host_scratch_), n * sizeof(float)), "cudaMallocHost");
+      CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device_scratch_), n * sizeof(float)));
+      CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_scratch_), n * sizeof(float)));
       scratch_size_ = n;
     }
     std::memcpy(host_scratch_, data, n * sizeof(float));
-    check_cuda(cudaMemcpyAsync(device_scratch_, host_scratch_, n * sizeof(float), cudaMemcpyHostToDevice, stream_),
-               "cudaMemcpyAsync");
+    CUDA_CHECK(cudaMemcpyAsync(device_scratch_, host_scratch_, n * sizeof(float), cudaMemcpyHostToDevice, stream_));
     staged_ = data;
     staged_size_ = n;
     return device_scratch_;
@@ -229,13 +220,12 @@ class nccl_driver final : public collective_driver {
 
   void stage_out(std::size_t n) {
     if (staged_ != nullptr)
-      check_cuda(cudaMemcpyAsync(host_scratch_, device_scratch_, n * sizeof(float), cudaMemcpyDeviceToHost, stream_),
-                 "cudaMemcpyAsync");
+      CUDA_CHECK(cudaMemcpyAsync(host_scratch_, device_scratch_, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
     record_done();
   }
 
   void record_done() {
-    check_cuda(cudaEventRecord(done_, stream_), "cudaEventRecord");
+    CUDA_CHECK(cudaEventRecord(done_, stream_));
     recorded_ = true;
   }
 
@@ -256,7 +246,7 @@ class nccl_driver final : public collective_driver {
    public:
     explicit device_scope(int device) {
       cudaGetDevice(&previous_);
-      check_cuda(cudaSetDevice(device), "cudaSetDevice");
+      CUDA_CHECK(cudaSetDevice(device));
     }
     ~device_scope() { cudaSetDevice(previous_); }
     device_scope(const device_scope&) = delete;

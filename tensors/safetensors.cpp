@@ -46,20 +46,16 @@ const std::string* safetensors_file::find_metadata(const std::string& key) const
 }
 
 std::string encode_safetensors(const std::vector<tensor_to_save>& tensors, const string_pairs& metadata) {
-  json header = json::make_object();
+  json header = json::object();
   if (!metadata.empty()) {
-    json meta = json::make_object();
-    for (const auto& [k, v] : metadata) meta.set(k, v);
-    header.set("__metadata__", std::move(meta));
+    json meta = json::object();
+    for (const auto& [k, v] : metadata) meta[k] = v;
+    header["__metadata__"] = std::move(meta);
   }
   std::uint64_t offset = 0;
   for (const auto& t : tensors) {
-    json shape = json::make_array();
-    for (const auto d : t.shape) shape.push(d);
     const std::uint64_t bytes = t.values.size() * sizeof(float);
-    json entry = json::make_object();
-    entry.set("dtype", "F32").set("shape", std::move(shape)).set("data_offsets", json::array{offset, offset + bytes});
-    header.set(t.name, std::move(entry));
+    header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string text = header.dump();
@@ -92,7 +88,7 @@ safetensors_file decode_safetensors(std::string_view bytes, const std::string& o
   json header;
   try {
     header = json::parse(text);
-  } catch (const std::invalid_argument& e) {
+  } catch (const json::parse_error& e) {
     throw fail(std::string("header: ") + e.what());
   }
   if (!header.is_object()) throw fail("header is not a JSON object");
@@ -105,25 +101,28 @@ safetensors_file decode_safetensors(std::string_view bytes, const std::string& o
   };
   std::vector<span_ref> spans;
   try {
-    for (const auto& [name, entry] : header.as_object()) {
+    for (const auto& [name, entry] : header.items()) {
       if (name == "__metadata__") {
-        for (const auto& [k, v] : entry.as_object()) file.metadata.emplace_back(k, v.as_string());
+        for (const auto& [k, v] : entry.items()) file.metadata.emplace_back(k, v.get<std::string>());
         continue;
       }
       loaded_tensor t;
       t.name = name;
-      t.dtype = entry.at("dtype").as_string();
+      t.dtype = entry.at("dtype").get<std::string>();
       const std::size_t elem = dtype_size(t.dtype);
       if (elem == 0) throw fail("tensor \"" + name + "\" has unknown dtype \"" + t.dtype + "\"");
-      for (const auto& d : entry.at("shape").as_array()) {
-        if (d.as_int() < 0) throw fail("tensor \"" + name + "\" has a negative dimension");
-        t.shape.push_back(d.as_int());
+      for (const auto& d : entry.at("shape")) {
+        const std::int64_t dim = json_int(d, "tensor \"" + name + "\": shape");
+        if (dim < 0) throw fail("tensor \"" + name + "\" has a negative dimension");
+        t.shape.push_back(dim);
       }
-      const auto& offsets = entry.at("data_offsets").as_array();
-      if (offsets.size() != 2) throw fail("tensor \"" + name + "\": data_offsets must have two entries");
-      const auto begin = static_cast<std::uint64_t>(offsets[0].as_int());
-      const auto end = static_cast<std::uint64_t>(offsets[1].as_int());
-      if (offsets[0].as_int() < 0 || end < begin) throw fail("tensor \"" + name + "\": bad data_offsets");
+      const auto& offsets = entry.at("data_offsets");
+      if (!offsets.is_array() || offsets.size() != 2) throw fail("tensor \"" + name + "\": data_offsets must have two entries");
+      const std::int64_t first = json_int(offsets[0], "tensor \"" + name + "\": data_offsets");
+      const std::int64_t last = json_int(offsets[1], "tensor \"" + name + "\": data_offsets");
+      if (first < 0 || last < first) throw fail("tensor \"" + name + "\": bad data_offsets");
+      const auto begin = static_cast<std::uint64_t>(first);
+      const auto end = static_cast<std::uint64_t>(last);
       if (end > data.size())
         throw fail("tensor \"" + name + "\" ends at byte " + std::to_string(end) + " but the data section has " +
                    std::to_string(data.size()) + " bytes (truncated file?)");
@@ -137,6 +136,8 @@ safetensors_file decode_safetensors(std::string_view bytes, const std::string& o
       spans.push_back({begin, end, file.tensors.size()});
       file.tensors.push_back(std::move(t));
     }
+  } catch (const json::exception& e) {
+    throw fail(std::string("header: ") + e.what());
   } catch (const std::invalid_argument& e) {
     throw fail(std::string("header: ") + e.what());
   }

@@ -122,6 +122,25 @@ TEST(Checkpoint, CorruptTrainerRecordIsNamed) {
   EXPECT_NE(msg.find("trainer.json: corrupt trainer record"), std::string::npos) << msg;
 }
 
+TEST(Checkpoint, MalformedTrainerJsonIsNamed) {
+  testing::scratch_dir dir;
+  fixture fx;
+  const fs::path written = write_checkpoint(dir.path(), fx.layout, fx.state, fx.record, 0);
+  const std::string good = testing::read_text(written / "trainer.json");
+  testing::write_text(written / "trainer.json", good.substr(0, good.size() / 2));
+  std::string msg = error_of([&] { read_checkpoint(written, fx.layout); });
+  EXPECT_NE(msg.find("trainer.json: corrupt trainer record"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("parse error"), std::string::npos) << msg;
+  // A step count that is not an integer is corrupt too.
+  std::string fractional = good;
+  const auto at = fractional.find("\"step\":");
+  ASSERT_NE(at, std::string::npos) << good;
+  fractional.insert(fractional.find_first_of(",}", at), ".5");
+  testing::write_text(written / "trainer.json", fractional);
+  msg = error_of([&] { read_checkpoint(written, fx.layout); });
+  EXPECT_NE(msg.find("step: expected an integer"), std::string::npos) << msg;
+}
+
 TEST(Checkpoint, ShapeMismatchNamesTheTensor) {
   testing::scratch_dir dir;
   fixture fx;

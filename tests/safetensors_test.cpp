@@ -32,8 +32,8 @@ TEST(Safetensors, EncodesHeaderOffsetsAndDataExactly) {
   EXPECT_EQ(header.front(), '{');
   while (!header.empty() && header.back() == ' ') header.pop_back();  // padding is spaces
   const json h = json::parse(header);
-  EXPECT_EQ(h.at("__metadata__").at("format").as_string(), "pt");
-  EXPECT_EQ(h.at("w").at("dtype").as_string(), "F32");
+  EXPECT_EQ(h.at("__metadata__").at("format").get<std::string>(), "pt");
+  EXPECT_EQ(h.at("w").at("dtype").get<std::string>(), "F32");
   EXPECT_EQ(h.at("w").at("shape").dump(), "[2,3]");
   EXPECT_EQ(h.at("w").at("data_offsets").dump(), "[0,24]");
   EXPECT_EQ(h.at("b").at("data_offsets").dump(), "[24,28]");
@@ -71,21 +71,21 @@ TEST(Safetensors, CheckpointModelFileHasPyTorchSequentialNamesAndShapes) {
   std::uint64_t offset = 0;
   for (const auto& [name, shape] : expected) {
     SCOPED_TRACE(name);
-    EXPECT_EQ(h.at(name).at("dtype").as_string(), "F32");
+    EXPECT_EQ(h.at(name).at("dtype").get<std::string>(), "F32");
     EXPECT_EQ(h.at(name).at("shape").dump(), shape);
-    const auto& off = h.at(name).at("data_offsets").as_array();
-    EXPECT_EQ(off[0].as_int(), static_cast<std::int64_t>(offset)) << "tensors are contiguous, in order";
+    const auto& off = h.at(name).at("data_offsets");
+    EXPECT_EQ(off[0].get<std::int64_t>(), static_cast<std::int64_t>(offset)) << "tensors are contiguous, in order";
     const tensor_spec* t = layout.layout.find(name);
     ASSERT_NE(t, nullptr);
-    EXPECT_EQ(off[1].as_int() - off[0].as_int(), static_cast<std::int64_t>(t->numel() * 4));
+    EXPECT_EQ(off[1].get<std::int64_t>() - off[0].get<std::int64_t>(), static_cast<std::int64_t>(t->numel() * 4));
     // The bytes are the parameter values, row-major [out, in].
     float v = 0;
     std::memcpy(&v, bytes.data() + 8 + n + offset + 4, 4);
     EXPECT_EQ(v, state[t->offset + 1]);
-    offset = static_cast<std::uint64_t>(off[1].as_int());
+    offset = static_cast<std::uint64_t>(off[1].get<std::int64_t>());
   }
   EXPECT_EQ(bytes.size(), 8 + n + offset) << "no trailing bytes";
-  EXPECT_EQ(h.as_object().size(), expected.size() + 1) << "six tensors and __metadata__";
+  EXPECT_EQ(h.size(), expected.size() + 1) << "six tensors and __metadata__";
 }
 
 void expect_rejected(const std::string& bytes, const std::string& fragment) {

@@ -33,40 +33,35 @@ std::vector<tensor_to_save> tensors_of(const state_layout& layout, std::span<con
 }
 
 json trainer_json(const trainer_record& r) {
-  json front = json::make_array();
-  for (const auto i : r.position.front) front.push(static_cast<std::int64_t>(i));
-  json ledger = json::make_object();
-  ledger.set("epoch", r.position.epoch).set("cursor", static_cast<std::int64_t>(r.position.cursor)).set("front", std::move(front));
-  json rng = json::make_object();
-  rng.set("sampler", json(json::object{{"seed", static_cast<std::int64_t>(r.seed)}, {"shuffle", r.shuffle}}));
-  json out = json::make_object();
-  out.set("format", "dpactor-checkpoint-1")
-      .set("step", r.step)
-      .set("epoch", r.epoch)
-      .set("train_samples", static_cast<std::int64_t>(r.train_samples))
-      .set("ledger", std::move(ledger))
-      .set("rng", std::move(rng))
-      .set("config", r.config);
-  return out;
+  return {{"format", "dpactor-checkpoint-1"},
+          {"step", r.step},
+          {"epoch", r.epoch},
+          {"train_samples", r.train_samples},
+          {"ledger", {{"epoch", r.position.epoch}, {"cursor", r.position.cursor}, {"front", r.position.front}}},
+          {"rng", {{"sampler", {{"seed", r.seed}, {"shuffle", r.shuffle}}}}},
+          {"config", r.config}};
 }
 
 trainer_record parse_trainer_json(const std::string& text, const std::string& origin) {
   trainer_record r;
   try {
     const json doc = json::parse(text);
-    if (doc.at("format").as_string() != "dpactor-checkpoint-1")
-      throw checkpoint_error(origin + ": unknown checkpoint format \"" + doc.at("format").as_string() + "\"");
-    r.step = doc.at("step").as_int();
-    r.epoch = doc.at("epoch").as_int();
-    r.train_samples = static_cast<std::uint64_t>(doc.at("train_samples").as_int());
+    const auto format = doc.at("format").get<std::string>();
+    if (format != "dpactor-checkpoint-1")
+      throw checkpoint_error(origin + ": unknown checkpoint format \"" + format + "\"");
+    r.step = json_int(doc.at("step"), "step");
+    r.epoch = json_int(doc.at("epoch"), "epoch");
+    r.train_samples = static_cast<std::uint64_t>(json_int(doc.at("train_samples"), "train_samples"));
     const json& ledger = doc.at("ledger");
-    r.position.epoch = ledger.at("epoch").as_int();
-    r.position.cursor = static_cast<std::uint64_t>(ledger.at("cursor").as_int());
-    for (const auto& i : ledger.at("front").as_array()) r.position.front.push_back(static_cast<std::uint32_t>(i.as_int()));
+    r.position.epoch = json_int(ledger.at("epoch"), "ledger.epoch");
+    r.position.cursor = static_cast<std::uint64_t>(json_int(ledger.at("cursor"), "ledger.cursor"));
+    for (const auto& i : ledger.at("front")) r.position.front.push_back(static_cast<std::uint32_t>(json_int(i, "ledger.front")));
     const json& sampler = doc.at("rng").at("sampler");
-    r.seed = static_cast<std::uint64_t>(sampler.at("seed").as_int());
-    r.shuffle = sampler.at("shuffle").as_bool();
-    r.config = doc.at("config").as_string();
+    r.seed = static_cast<std::uint64_t>(json_int(sampler.at("seed"), "rng.sampler.seed"));
+    r.shuffle = sampler.at("shuffle").get<bool>();
+    r.config = doc.at("config").get<std::string>();
+  } catch (const json::exception& e) {
+    throw checkpoint_error(origin + ": corrupt trainer record: " + e.what());
   } catch (const std::invalid_argument& e) {
     throw checkpoint_error(origin + ": corrupt trainer record: " + e.what());
   }

@@ -86,6 +86,6 @@ int main(int argc, char** argv) {
     return 0;
   } catch (const dpactor::error& e) {
     std::fprintf(stderr, "embed_service: %s\n", e.what());
-    return e.exit_code();
+    return 1;
   }
 }

@@ -24,7 +24,7 @@
 #include "actors/run_control.hpp"
 #include "comms/collective.hpp"
 #include "tensors/error.hpp"
-#include "tensors/flat_buffer.hpp"
+#include "tensors/flat_layout.hpp"
 
 namespace dpactor {
 

@@ -24,7 +24,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "tensors/flat_buffer.hpp"
+#include "tensors/flat_layout.hpp"
 
 namespace dpactor {
 

@@ -11,7 +11,7 @@
 
 #include "tensors/activation.hpp"
 #include "tensors/aligned_buffer.hpp"
-#include "tensors/flat_buffer.hpp"
+#include "tensors/flat_layout.hpp"
 #include "tensors/loss.hpp"
 
 namespace dpactor {
@@ -51,15 +51,15 @@ struct batch_stats {
   }
 };
 
-// Forward and backward passes over micro-batches of at most max_batch rows.
-// Holds only workspaces; parameters and gradients are passed in, laid out by
-// mlp_layout().
 // Called during backward with a layer's index once its gradients are written.
 struct layer_done_callback {
   void (*call)(void* context, std::size_t layer) = nullptr;
   void* context = nullptr;
 };
 
+// Forward and backward passes over micro-batches of at most max_batch rows.
+// Holds only workspaces; parameters and gradients are passed in, laid out by
+// mlp_layout().
 class mlp {
  public:
   mlp(mlp_spec spec, std::size_t max_batch);

@@ -11,6 +11,16 @@
 // call, and checkpoints are cut out of it by tensor name.
 //
 // Note [Sharded optimizer step]
+// The optimizer is element-wise, so the members split its work: the gradients
+// are reduce-scattered (each member sums the part it owns, in rank order),
+// each member updates its part of the parameters and of every optimizer slot,
+// and the parts are all-gathered. Every element of the new state is computed
+// by exactly one member and copied to the others, so replicas stay bitwise
+// identical, parameters and optimizer state alike; on N members each does 1/N
+// of the optimizer's memory traffic. The step's sample count travels in the
+// small header all-reduced before the gradients (See Note [One step report]),
+// since every member needs the total.
+//
 // Note [Pending state]
 // A step writes the new state into a second buffer and swaps it in only once
 // every part has arrived. A collective aborted half-way (a member failed
@@ -18,16 +28,7 @@
 // replica's current state exactly as it was after the previous step, never a
 // mix of parts from two steps, so any survivor can be the next state source.
 // The optimizer reads the current and writes the pending state: no extra
-// pass over memory.
-//
-// The optimizer is element-wise, so the members split its work: the gradients
-// are reduce-scattered (each member sums the part it owns, in rank order),
-// each member updates its part of the parameters and of every optimizer slot,
-// and the parts are all-gathered. Every element of the new state is computed
-// by exactly one member and copied to the others, so replicas stay bitwise
-// identical, parameters and optimizer state alike; on N members each does 1/N
-// of the optimizer's memory traffic. The sample count travels in a separate
-// small all-reduce first, since every member needs the total.
+// pass over memory. A member alone updates in place (update_in_place).
 
 #include <cstddef>
 #include <cstdint>
@@ -35,7 +36,7 @@
 #include <string>
 #include <vector>
 
-#include "tensors/flat_buffer.hpp"
+#include "tensors/flat_layout.hpp"
 #include "tensors/mlp.hpp"
 #include "tensors/optimizer.hpp"
 

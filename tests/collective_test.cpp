@@ -1,4 +1,4 @@
-// A5: the local collective, N ranks as threads of this process. Inputs are
+// The local collective, N ranks as threads of this process. Inputs are
 // chosen so the expected sums are exact in fp32; every rank must hold bitwise
 // the same result.
 

@@ -1,4 +1,4 @@
-// A4: data-parallel equivalence through the whole engine. N replicas on
+// Data-parallel equivalence through the whole engine. N replicas on
 // shards of the global batch must follow one replica on the whole batch, and
 // the replicas must stay bitwise identical after every step
 // (train.verify_replicas makes the reducer compare parameter checksums of all

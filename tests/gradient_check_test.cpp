@@ -1,4 +1,4 @@
-// A2: analytic gradients of the MLP, for every activation and both losses,
+// Analytic gradients of the MLP, for every activation and both losses,
 // match central finite differences of a double-precision reference.
 
 #include <gtest/gtest.h>

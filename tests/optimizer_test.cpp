@@ -1,4 +1,4 @@
-// A3: the optimizers follow PyTorch's update formulas. Reference trajectories
+// The optimizers follow PyTorch's update formulas. Reference trajectories
 // are computed here in double precision straight from the formulas in
 // torch.optim's documentation; the float implementation must agree to 1e-6
 // relative over 20 steps.

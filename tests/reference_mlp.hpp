@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "tensors/flat_buffer.hpp"
+#include "tensors/flat_layout.hpp"
 #include "tensors/mlp.hpp"
 
 namespace dpactor::testing {

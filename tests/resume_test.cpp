@@ -1,4 +1,4 @@
-// A6: resuming from a checkpoint continues bit-exactly: the final parameters
+// Resuming from a checkpoint continues bit-exactly: the final parameters
 // and optimizer state equal those of a run that never stopped.
 
 #include <gtest/gtest.h>

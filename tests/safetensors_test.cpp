@@ -1,4 +1,4 @@
-// A7: model.safetensors follows the safetensors format exactly, with PyTorch's
+// model.safetensors follows the safetensors format exactly, with PyTorch's
 // nn.Sequential names and shapes; checked byte by byte, without Python.
 
 #include <gtest/gtest.h>

@@ -80,7 +80,7 @@ step_commit step_book::commit_ready(std::size_t members, clock::time_point now) 
     auto node = steps_.extract(steps_.begin());
     const step_tally& t = node.mapped();
     for (std::size_t r = 0; r < members && r < t.compute_s.size(); ++r)
-      throughput_.record(r, static_cast<std::int64_t>(t.member_samples[r]), t.compute_s[r], t.member_returned[r] == 0.0f);
+      throughput_.record(r, static_cast<std::int64_t>(t.member_samples[r]), t.compute_s[r]);
     if (setup_.verify_replicas && t.checksums_differ)
       throw training_error("replicas diverged after step " + std::to_string(node.key() + 1) +
                            ": parameter checksums differ between members (train.verify_replicas)");

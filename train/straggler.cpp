@@ -55,12 +55,10 @@ throughput_tracker::throughput_tracker(double smoothing, std::size_t members)
 
 void throughput_tracker::reset(std::size_t members) {
   rates_.assign(members, 0.0);
-  compute_.clear();
 }
 
-void throughput_tracker::record(std::size_t rank, std::int64_t samples, double seconds, bool complete) {
+void throughput_tracker::record(std::size_t rank, std::int64_t samples, double seconds) {
   if (rank >= rates_.size() || samples <= 0 || seconds <= 0.0) return;
-  if (complete) compute_.push(seconds);
   const double rate = static_cast<double>(samples) / seconds;
   rates_[rank] = rates_[rank] == 0.0 ? rate : smoothing_ * rate + (1.0 - smoothing_) * rates_[rank];
 }

@@ -44,22 +44,18 @@ class throughput_tracker {
   throughput_tracker(double smoothing, std::size_t members);
 
   void reset(std::size_t members);
-  // A member computed `samples` in `seconds` (before entering the collective);
-  // `complete` is false for a shard that was cut short, whose time says
-  // nothing about a normal step.
-  void record(std::size_t rank, std::int64_t samples, double seconds, bool complete);
+  // A member computed `samples` in `seconds` (before entering the collective;
+  // a shard cut short counts with what it computed).
+  void record(std::size_t rank, std::int64_t samples, double seconds);
   // Samples per second of a member; 0 until measured.
   double throughput(std::size_t rank) const { return rates_.at(rank); }
   // Normalised weights; members not yet measured get the mean of the others
   // (all equal before any measurement).
   std::vector<double> shares() const;
-  // Median of recent compute times of complete shards across members, seconds.
-  double median_compute() const { return compute_.median(); }
 
  private:
   double smoothing_;
   std::vector<double> rates_;
-  rolling_median compute_{64};
 };
 
 }  // namespace dpactor

@@ -1,4 +1,4 @@
-#include "tensors/flat_buffer.hpp"
+#include "tensors/flat_layout.hpp"
 
 #include <numeric>
 
@@ -37,19 +37,6 @@ bool flat_layout::operator==(const flat_layout& other) const noexcept {
     if (tensors_[i].name != other.tensors_[i].name || tensors_[i].shape != other.tensors_[i].shape)
       return false;
   return true;
-}
-
-flat_buffer::flat_buffer(flat_layout layout, std::size_t extra)
-    : layout_(std::move(layout)), storage_(layout_.size() + extra) {}
-
-std::span<float> flat_buffer::view(std::size_t index) noexcept {
-  const auto& t = layout_.tensors()[index];
-  return {storage_.data() + t.offset, t.numel()};
-}
-
-std::span<const float> flat_buffer::view(std::size_t index) const noexcept {
-  const auto& t = layout_.tensors()[index];
-  return {storage_.data() + t.offset, t.numel()};
 }
 
 }  // namespace dpactor

@@ -154,6 +154,12 @@ class harness {
   std::map<std::uint32_t, int> trained_;
 };
 
+// A record of a quiet step of `samples` on two members, as rank 0 sends it.
+step_record record_of(std::int64_t step, std::int64_t samples, std::uint64_t checksum = 0) {
+  const float half = static_cast<float>(samples) / 2.0f;
+  return step_record{step, 0, 0.0, 0, samples, checksum, {0.001f, 0.001f}, {half, half}, {0.0f, 0.0f}};
+}
+
 TEST(StepBook, QuietStepsCommitInOrderAndTrainEverySampleOnce) {
   harness h(100, 16, 3);  // 7 steps, the last of 4 samples
   for (std::int64_t s = 0; s < 7; ++s) {
@@ -248,13 +254,7 @@ TEST(StepBook, AReportOfACommittedStepIsNotCommittedTwice) {
   h.train(0);
   h.commit();
   // A duplicate record of step 0 (a late report): nothing changes.
-  step_record again;
-  again.step = 0;
-  again.samples = 16;
-  again.member_returned = {0.0f, 0.0f};
-  again.member_samples = {8.0f, 8.0f};
-  again.compute_s = {0.001f, 0.001f};
-  h.book().record(0, std::move(again));
+  h.book().record(0, record_of(0, 16));
   h.train(1);
   EXPECT_EQ(h.commit().through, 1);
   EXPECT_EQ(h.book().summary().samples, 32);
@@ -264,16 +264,8 @@ TEST(StepBook, AReportOfACommittedStepIsNotCommittedTwice) {
 TEST(StepBook, DifferentChecksumsStopTheRun) {
   harness h(32, 16, 2, /*verify=*/true);
   h.issue(0);
-  step_record a, b;
-  a.step = b.step = 0;
-  a.samples = 16;
-  a.member_samples = {8.0f, 8.0f};
-  a.member_returned = {0.0f, 0.0f};
-  a.compute_s = {0.001f, 0.001f};
-  a.checksum = 1;
-  b.checksum = 2;
-  h.book().record(0, std::move(a));
-  h.book().record(1, std::move(b));
+  h.book().record(0, record_of(0, 16, /*checksum=*/1));
+  h.book().record(1, record_of(0, 16, /*checksum=*/2));
   EXPECT_THROW(h.commit(), training_error);
 }
 

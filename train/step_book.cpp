@@ -11,6 +11,8 @@ namespace {
 
 double seconds(step_book::clock::duration d) { return std::chrono::duration<double>(d).count(); }
 double ratio(double num, double den) { return den > 0.0 ? num / den : 0.0; }
+double mean_loss(const batch_stats& s) { return ratio(s.loss_sum, static_cast<double>(s.samples)); }
+double accuracy(const batch_stats& s) { return ratio(static_cast<double>(s.correct), static_cast<double>(s.samples)); }
 
 }  // namespace
 
@@ -39,9 +41,7 @@ void step_book::record(std::int32_t rank, step_record&& rec) {
   if (rank == 0) {
     t.stats_known = true;
     t.epoch = rec.epoch;
-    t.loss_sum = rec.loss_sum;
-    t.correct = rec.correct;
-    t.samples = rec.samples;
+    t.stats = {rec.loss_sum, rec.correct, rec.samples};
     t.compute_s = std::move(rec.compute_s);
     t.member_samples = std::move(rec.member_samples);
     t.member_returned = std::move(rec.member_returned);
@@ -114,13 +114,10 @@ step_commit step_book::commit_through(std::int64_t through, clock::time_point no
 }
 
 void step_book::account(std::int64_t step, step_tally&& t, step_commit& commit, clock::time_point now) {
-  for (auto* s : {&interval_, &epoch_}) {
-    s->loss_sum += t.loss_sum;
-    s->correct += t.correct;
-    s->samples += t.samples;
-  }
-  summary_.samples += t.samples;
-  rate_samples_ += t.samples;
+  interval_.stats += t.stats;
+  epoch_.stats += t.stats;
+  summary_.samples += t.stats.samples;
+  rate_samples_ += t.stats.samples;
   ++epoch_step_;
   committed_ = step;
   last_commit_ = last_progress_ = now;
@@ -136,8 +133,8 @@ void step_book::emit_step(std::int64_t step, std::int64_t epoch, clock::time_poi
   e.epoch_step = epoch_step_;
   e.epoch_steps = setup_.epoch_steps;
   e.total_steps = setup_.total_steps;
-  e.loss = ratio(interval_.loss_sum, static_cast<double>(interval_.samples));
-  e.accuracy = ratio(static_cast<double>(interval_.correct), static_cast<double>(interval_.samples));
+  e.loss = mean_loss(interval_.stats);
+  e.accuracy = accuracy(interval_.stats);
   e.lr = setup_.schedule.at(step);
   // Steps arrive in batches: a second event of the same batch has no time of
   // its own, so it repeats the last rate and its samples count in the next.
@@ -150,7 +147,7 @@ void step_book::emit_step(std::int64_t step, std::int64_t epoch, clock::time_poi
   emit_(e);
   interval_cuts_ = 0;
   const auto since = interval_.since;
-  interval_ = {0.0, 0, 0, dt > 0.0 ? now : since};
+  interval_ = {{}, dt > 0.0 ? now : since};
   if (dt <= 0.0) return;
   last_rate_ = e.samples_per_s;
   rate_samples_ = 0;
@@ -161,15 +158,13 @@ bool step_book::evaluated(std::int64_t step, bool epoch_end, std::int64_t epoch,
   const auto key = std::pair{step, epoch_end};
   auto& t = evals_[key];
   t.epoch = epoch;
-  t.loss_sum += loss_sum;
-  t.correct += correct;
-  t.samples += samples;
+  t.stats += batch_stats{loss_sum, correct, samples};
   last_progress_ = now;
   if (++t.reported != static_cast<std::int32_t>(members)) return false;
   const eval_tally done = t;
   evals_.erase(key);
-  summary_.test_loss = ratio(done.loss_sum, static_cast<double>(done.samples));
-  summary_.test_accuracy = ratio(static_cast<double>(done.correct), static_cast<double>(done.samples));
+  summary_.test_loss = mean_loss(done.stats);
+  summary_.test_accuracy = accuracy(done.stats);
   if (epoch_end) emit_epoch(done.epoch, step, summary_.test_loss, summary_.test_accuracy, now);
   return true;
 }
@@ -188,13 +183,13 @@ void step_book::emit_epoch(std::int64_t epoch, std::int64_t step, double test_lo
   epoch_event e;
   e.epoch = epoch;
   e.step = step + 1;
-  e.train_loss = ratio(epoch_.loss_sum, static_cast<double>(epoch_.samples));
-  e.train_accuracy = ratio(static_cast<double>(epoch_.correct), static_cast<double>(epoch_.samples));
+  e.train_loss = mean_loss(epoch_.stats);
+  e.train_accuracy = accuracy(epoch_.stats);
   e.test_loss = test_loss;
   e.test_accuracy = test_accuracy;
   e.seconds = seconds(last_commit_ - epoch_.since);
   // The ledger's count is exact even when a lost member never reported.
-  e.samples = epoch_.samples;
+  e.samples = epoch_.stats.samples;
   if (auto it = epoch_closes_.find(epoch); it != epoch_closes_.end()) {
     e.samples = it->second.committed;
     e.requeued = it->second.requeued;
@@ -202,7 +197,7 @@ void step_book::emit_epoch(std::int64_t epoch, std::int64_t step, double test_lo
   e.samples_per_s = ratio(static_cast<double>(e.samples), e.seconds);
   summary_.epochs = epoch + 1;
   emit_(e);
-  epoch_ = {0.0, 0, 0, now};
+  epoch_ = {{}, now};
   epoch_step_ = 0;
 }
 

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "tensors/lr_schedule.hpp"
+#include "tensors/mlp.hpp"
 #include "train/events.hpp"
 #include "train/step_record.hpp"
 #include "train/straggler.hpp"
@@ -104,9 +105,7 @@ class step_book {
   struct step_tally {
     std::int32_t reported = 0;
     std::int64_t epoch = 0;
-    double loss_sum = 0.0;
-    std::int64_t correct = 0;
-    std::int64_t samples = 0;
+    batch_stats stats;                     // the step's, over all members
     std::optional<std::uint64_t> checksum;
     bool checksums_differ = false;
     bool stats_known = false;              // loss, counts and times came in (from rank 0)
@@ -119,14 +118,10 @@ class step_book {
   struct eval_tally {
     std::int32_t reported = 0;
     std::int64_t epoch = 0;
-    double loss_sum = 0.0;
-    std::int64_t correct = 0;
-    std::int64_t samples = 0;
+    batch_stats stats;
   };
   struct running_stats {
-    double loss_sum = 0.0;
-    std::int64_t correct = 0;
-    std::int64_t samples = 0;
+    batch_stats stats;
     clock::time_point since;
   };
 

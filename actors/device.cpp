@@ -28,8 +28,10 @@ void run_step(device_ptr self, const step_shard& shard) {
   auto& st = self->state;
   replica& model = *st.setup->model;
   const step_runner::computed c =
-      st.runner->compute(shard, model, *st.setup->train, *st.setup->control, *st.group, st.comm.get());
-  const std::size_t returned = shard.indices.size() - c.done;
+      shard.sliced() ? st.runner->compute_slices(shard, model, *st.setup->train, *st.setup->control, *st.group)
+                     : st.runner->compute(shard, model, *st.setup->train, *st.setup->control, *st.group, st.comm.get());
+  // A sliced step returns nothing: what a member did not compute, another did.
+  const std::size_t returned = c.sliced ? 0 : shard.indices.size() - c.done;
   if (returned > 0)
     self->send(st.reducer, shard_cut_msg{st.generation, shard.step, st.rank, c.stats.samples,
                                          {shard.indices.begin() + static_cast<std::ptrdiff_t>(c.done), shard.indices.end()}});

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include <caf/all.hpp>
+#include <spdlog/spdlog.h>
 
 #include "actors/backend.hpp"
 #include "actors/launch.hpp"
@@ -56,6 +57,12 @@ struct Engine::impl {
 
 Engine::Engine(job_config config, run_options options) : impl_(std::make_unique<impl>()) {
   validate_job_config(config);
+  if (config.train.reproducible && !config.cluster.gpus.empty()) {
+    // See docs/reproducibility.md: the CUDA replica computes no slices yet.
+    spdlog::warn("train.reproducible: not available on GPUs in this version; this run is not reproducible "
+                 "(set train.reproducible = false to silence this)");
+    config.train.reproducible = false;
+  }
   impl_->config = std::move(config);
   impl_->options = std::move(options);
 }
@@ -137,6 +144,7 @@ void Engine::start() {
   rs.book.verify_replicas = config.train.verify_replicas;
   rs.book.smoothing = config.straggler.smoothing;
   rs.straggler = config.straggler;
+  rs.cuts = cuts_enabled(config);
   rs.min_devices = config.cluster.min_devices;
   rs.hang_timeout_s = config.cluster.hang_timeout_s;
   for (const auto& f : plan->faults)

@@ -65,7 +65,9 @@ launch_plan prepare_launch(const job_config& config, const run_options& options,
         throw config_error(f.text + ": a CPU device cannot join a job on GPUs (NCCL groups GPU ranks only)");
   plan.data = load_data(config.data, config.model.inputs(), config.model.outputs());
   plan.replicas = replicas;
+  // A reproducible run pins one thread per replica (See Note [Summation tree]).
   plan.blas_threads = config.cluster.blas_threads > 0 ? static_cast<int>(config.cluster.blas_threads)
+                      : config.train.reproducible     ? 1
                                                       : std::max(1, hardware_cores() / replicas);
   plan.layout = make_state_layout(config.model, config.optimizer);
   load_initial_state(config, options, plan);
@@ -100,8 +102,7 @@ std::shared_ptr<device_setup> make_device_setup(const job_config& config, const 
   setup->collective.timeout =
       std::chrono::milliseconds(static_cast<std::int64_t>(config.cluster.collective_timeout_s * 1000.0));
   setup->verify_replicas = config.train.verify_replicas;
-  const bool cuts =
-      config.straggler.policy == straggler_policy::cut || config.straggler.policy == straggler_policy::balance_cut;
+  const bool cuts = cuts_enabled(config);
   // Without cuts, lateness is reported only to name suspects of a hang.
   setup->late_factor = cuts ? config.straggler.deadline_factor : late_factor_without_cuts;
   setup->late_floor_s = cuts ? config.straggler.deadline_floor_ms / 1000.0 : late_floor_without_cuts_s;
@@ -128,6 +129,11 @@ loader_setup make_loader_setup(const job_config& config, const launch_plan& plan
   ls.shuffle = config.train.shuffle;
   ls.checkpoints = !config.train.checkpoint_dir.empty();
   ls.checkpoint_every = config.train.checkpoint_every;
+  if (config.train.reproducible) {
+    ls.slice_rows = static_cast<std::uint32_t>(config.train.micro_batch);
+    const auto policy = config.straggler.policy;
+    ls.steal_slices = policy == straggler_policy::cut || policy == straggler_policy::balance_cut;
+  }
   ls.start_step = plan.start_step;
   ls.resume_position = plan.resume_position;
   return ls;

@@ -120,12 +120,29 @@ void issue_message(loader_ptr self) {
   for (std::int64_t i = 0; i < st.steps_per_message && may_issue(st) && !snapshot_step; ++i) {
     const std::int64_t step = st.next_step++;
     const auto indices = st.issued->issue(step, static_cast<std::size_t>(st.setup.batch_size));
-    const auto sizes = split_by_weight(indices.size(), weights, static_cast<std::size_t>(step) % members.size());
-    std::size_t begin = 0;
-    for (std::size_t r = 0; r < members.size(); ++r) {
-      const auto part = indices.subspan(begin, sizes[r]);
-      out[r].steps.push_back(step_shard{step, st.issued->ledger().epoch(), {part.begin(), part.end()}});
-      begin += sizes[r];
+    const std::int64_t epoch = st.issued->ledger().epoch();
+    const std::size_t rotation = static_cast<std::size_t>(step) % members.size();
+    if (st.setup.slice_rows > 0) {
+      // Every member gets the whole step and a range of its slices (See Note
+      // [Stealing slices]).
+      const std::size_t slices = (indices.size() + st.setup.slice_rows - 1) / st.setup.slice_rows;
+      const auto sizes = split_by_weight(slices, weights, rotation);
+      const auto board = std::make_shared<slice_board>(slices, st.setup.steal_slices);
+      std::uint32_t first = 0;
+      for (std::size_t r = 0; r < members.size(); ++r) {
+        const auto last = first + static_cast<std::uint32_t>(sizes[r]);
+        out[r].steps.push_back(
+            step_shard{step, epoch, {indices.begin(), indices.end()}, st.setup.slice_rows, first, last, board});
+        first = last;
+      }
+    } else {
+      const auto sizes = split_by_weight(indices.size(), weights, rotation);
+      std::size_t begin = 0;
+      for (std::size_t r = 0; r < members.size(); ++r) {
+        const auto part = indices.subspan(begin, sizes[r]);
+        out[r].steps.push_back(step_shard{step, epoch, {part.begin(), part.end()}});
+        begin += sizes[r];
+      }
     }
     if (st.setup.checkpoints && st.setup.checkpoint_every > 0 && (step + 1) % st.setup.checkpoint_every == 0) {
       st.issued->mark_snapshot(step);

@@ -53,6 +53,8 @@ struct loader_setup {
   bool checkpoints = false;          // a checkpoint is wanted at the end
   std::int64_t checkpoint_every = 0;
   std::int64_t start_step = 0;       // steps already trained (resume)
+  std::uint32_t slice_rows = 0;      // reproducible mode: the slice size (See Note [Stealing slices])
+  bool steal_slices = false;         // ... and whether members steal them
   std::optional<ledger_position> resume_position;
 };
 

@@ -152,7 +152,7 @@ typename Inspector::result_type inspect(Inspector& f, begin_generation_msg& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_shard& x) {
-  return f(caf::meta::type_name("step_shard"), x.step, x.epoch, x.indices);
+  return f(caf::meta::type_name("step_shard"), x.step, x.epoch, x.indices, x.slice_rows, x.first_slice, x.last_slice);
 }
 
 // Consecutive steps for one member, in one message: at small step times the

@@ -26,10 +26,6 @@ bool accepting_reports(const reducer_state& st, std::int64_t generation) {
   return generation == st.plan.generation && !st.failed && (st.current == phase::running || st.current == phase::pausing);
 }
 
-bool cuts_enabled(const reducer_state& st) {
-  return st.setup.straggler.policy == straggler_policy::cut || st.setup.straggler.policy == straggler_policy::balance_cut;
-}
-
 void try_write_checkpoint(reducer_ptr self, std::int64_t step) {
   auto& st = self->state;
   auto it = st.checkpoints.find(step);
@@ -195,7 +191,7 @@ reducer_actor::behavior_type reducer_behavior(reducer_ptr self, reducer_setup se
         auto& st = self->state;
         if (!accepting_reports(st, msg.generation)) return;
         const auto cut = st.members->on_late(msg.step, msg.rank, msg.missing, st.book->committed());
-        if (!cuts_enabled(st)) return;
+        if (!st.setup.cuts) return;
         // See Note [Cutting a step short].
         for (const auto rank : cut)
           st.handle(static_cast<std::size_t>(rank)).control->cut_step.store(msg.step, std::memory_order_release);

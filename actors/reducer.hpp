@@ -63,6 +63,7 @@ struct reducer_setup {
   checkpoint_writer_actor writer;  // invalid when checkpoints are off
   step_book_setup book;
   straggler_config straggler;
+  bool cuts = false;  // late members are cut (cuts_enabled(config))
   std::int64_t min_devices = 1;
   double hang_timeout_s = 0.0;  // 0 = automatic
   std::vector<fault_spec> membership_faults;  // leave and join specs

@@ -6,8 +6,10 @@
 Trains the default MLP (784-256-128-10, ReLU, cross-entropy, SGD with momentum
 0.9) on Fashion-MNIST at global batch sizes 1, 16, 64, 128, 256, 512 and 1024,
 with:
-  dpactor, 1 CPU replica      (OpenBLAS 2 threads: one replica on both cores)
+  dpactor, 1 CPU replica      (OpenBLAS 2 threads: one replica on both cores;
+                               1 thread with train.reproducible)
   dpactor, 2 CPU replicas     (OpenBLAS 1 thread each)
+each with train.reproducible on and off (--mode both, the default), side by side.
   PyTorch 1+1                 (torch 1 thread, OpenBLAS 1 thread)
   PyTorch 1+2                 (torch 1 thread, OpenBLAS 2 threads)
   PyTorch DDP, Gloo           (2 processes of 1+1 threads; global batch split in two)
@@ -39,7 +41,7 @@ FLOP_PER_SAMPLE = 1_007_892
 PY = "/usr/bin/python3"
 
 
-def dpactor_run(dpactor, replicas, batch, windows=7):
+def dpactor_run(dpactor, replicas, batch, reproducible, windows=7):
     est = max(60e-6, batch * (7e-6 if replicas == 1 else 5e-6))
     per = max(3, int(0.25 / est))
     with tempfile.TemporaryDirectory() as tmp:
@@ -47,7 +49,8 @@ def dpactor_run(dpactor, replicas, batch, windows=7):
         cmd = [dpactor, "--model", os.path.join(ROOT, "configs/mlp.cfg"), "--quiet", "--cpus", str(replicas),
                "--batch-size", str(batch), "--metrics", metrics, "--epochs", "100000",
                "--set", f"train.max_steps={per * windows}", "--set", f"train.log_every={per}",
-               "--set", "train.eval_every=0", "--set", 'train.checkpoint_dir=""']
+               "--set", "train.eval_every=0", "--set", 'train.checkpoint_dir=""',
+               "--set", f"train.reproducible={'true' if reproducible else 'false'}"]
         subprocess.run(cmd, check=True, capture_output=True)
         steps = [json.loads(l) for l in open(metrics) if '"event":"step"' in l]
     times = [batch / r["samples_per_s"] * 1e6 for r in steps[1:]]  # the first window is warm-up
@@ -66,6 +69,8 @@ def main():
     p.add_argument("--dpactor", default=os.path.join(ROOT, "build/bin/dpactor"))
     p.add_argument("--batches", default="1,16,64,128,256,512,1024")
     p.add_argument("--out", default=os.path.join(ROOT, "build/bench"))
+    p.add_argument("--mode", choices=("both", "reproducible", "fast"), default="both",
+                   help="dpactor with train.reproducible on, off, or both side by side")
     a = p.parse_args()
     batches = [int(b) for b in a.batches.split(",")]
     os.makedirs(a.out, exist_ok=True)
@@ -83,18 +88,25 @@ def main():
     print("running PyTorch DDP ...", file=sys.stderr)
     for b, r in pytorch_run("ddp", 1, batches).items():
         results[("PyTorch DDP Gloo 2x(1+1)", b)] = r["step_us"]
-    for replicas in (1, 2):
-        for b in batches:
-            print(f"running dpactor {replicas} replica(s), batch {b} ...", file=sys.stderr)
-            results[(f"dpactor {replicas} replica{'s' if replicas > 1 else ''}", b)] = dpactor_run(a.dpactor, replicas, b)[0]
+    modes = {"both": (True, False), "reproducible": (True,), "fast": (False,)}[a.mode]
+    dpactor_configs = []
+    for reproducible in modes:
+        for replicas in (1, 2):
+            name = f"dpactor {replicas} replica{'s' if replicas > 1 else ''}" + \
+                   ("" if len(modes) == 1 else (" reproducible" if reproducible else " fast"))
+            dpactor_configs.append(name)
+            for b in batches:
+                print(f"running {name}, batch {b} ...", file=sys.stderr)
+                results[(name, b)] = dpactor_run(a.dpactor, replicas, b, reproducible)[0]
 
-    configs = ["dpactor 1 replica", "dpactor 2 replicas", "PyTorch 1+1", "PyTorch 1+2", "PyTorch DDP Gloo 2x(1+1)"]
+    configs = dpactor_configs + ["PyTorch 1+1", "PyTorch 1+2", "PyTorch DDP Gloo 2x(1+1)"]
+    torch_configs = configs[len(dpactor_configs):]
     rows = []
     print(f"\nOpenBLAS sgemm, 2 threads, (512,784)x(784,256): {sgemm:.1f} GFLOP/s\n")
     print("| batch | configuration | step us | samples/s | GFLOP/s | of sgemm | vs best PyTorch |")
     print("| ---: | --- | ---: | ---: | ---: | ---: | ---: |")
     for b in batches:
-        torch_best = min((results[(c, b)] for c in configs[2:] if (c, b) in results), default=None)
+        torch_best = min((results[(c, b)] for c in torch_configs if (c, b) in results), default=None)
         for c in configs:
             if (c, b) not in results:
                 continue

@@ -5,6 +5,7 @@
 // future call of the group fail fast with collective_error.
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <stdexcept>
@@ -38,6 +39,12 @@ class late_observer {
  public:
   virtual ~late_observer() = default;
   virtual void on_late(std::span<const int> missing_ranks) = 0;
+};
+
+// A node of a step's summation tree held by one rank, and its values.
+struct tree_part {
+  std::uint32_t node = 0;
+  std::span<float> data;
 };
 
 struct collective_options {
@@ -84,6 +91,15 @@ class collective {
   virtual void all_gather(std::span<const std::span<float>> buffers, const collective_options& options) = 0;
   // Copies root's buffer into every other rank's buffer of the same length.
   virtual void broadcast(std::span<float> data, int root, const collective_options& options) = 0;
+  // The reduce-scatter of reproducible mode (See Note [Summation tree]): each
+  // rank passes the tree nodes it holds over a step of `slices` slices, all
+  // of out.size() floats, which together over the ranks hold every slice
+  // exactly once. On return this rank's chunk of `out` holds the root's value
+  // there, bitwise what tree_plan computes from all the parts; `out` may be
+  // one of the parts. The default exchanges the parts by broadcast and works
+  // on host memory only; backends that share memory do better.
+  virtual void reduce_scatter_tree(std::size_t slices, std::span<const tree_part> parts, std::span<float> out,
+                                   const collective_options& options);
   virtual void barrier(const collective_options& options) = 0;
 
   // See Note [Gradient buckets]. Whether start_reduce_scatter() returns

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "comms/spin_barrier.hpp"
+#include "comms/summation_tree.hpp"
 #include "tensors/simd.hpp"
 
 namespace dpactor {
@@ -56,7 +57,8 @@ struct shared_state {
         buffers(static_cast<std::size_t>(n)),
         sizes(static_cast<std::size_t>(n)),
         roots(static_cast<std::size_t>(n)),
-        gathers(static_cast<std::size_t>(n)) {}
+        gathers(static_cast<std::size_t>(n)),
+        tree_parts(static_cast<std::size_t>(n)) {}
   const int ranks;
   const local_group_options options;
   spin_barrier barrier;
@@ -66,6 +68,7 @@ struct shared_state {
   std::vector<std::size_t> sizes;
   std::vector<int> roots;
   std::vector<std::span<const std::span<float>>> gathers;  // all_gather's buffer lists
+  std::vector<std::span<const tree_part>> tree_parts;      // reduce_scatter_tree's
 };
 
 // See Note [Posted memory outlives an abort]. No return is safe: the caller
@@ -151,6 +154,28 @@ class local_endpoint final : public collective {
     });
   }
 
+  // See Note [Summation tree]: each rank evaluates the tree over its chunk,
+  // reading every rank's parts in place.
+  void reduce_scatter_tree(std::size_t slices, std::span<const tree_part> parts, std::span<float> out,
+                           const collective_options& options) override {
+    const summation_tree tree(slices);
+    if (alone()) {
+      if (const std::string problem = plan_tree(tree, {&parts, 1}, out.size()); !problem.empty())
+        throw error(collective_errc::mismatch, "reduce_scatter_tree: " + problem);
+      plan_.run(part_data_.data(), 0, out.size(), out.data());
+      return;
+    }
+    state_->tree_parts[static_cast<std::size_t>(rank_)] = parts;
+    // The slice count travels as the call's "root", so every rank checks it.
+    exchange("reduce_scatter_tree", out.data(), out.size(), static_cast<int>(slices), options, [&] {
+      const std::string problem = plan_tree(tree, state_->tree_parts, out.size());
+      if (!problem.empty()) return problem;
+      const auto [begin, end] = chunk(out.size(), rank_);
+      plan_.run(part_data_.data(), begin, end, out.data());
+      return std::string();
+    });
+  }
+
   void barrier(const collective_options& options) override {
     open(spin_barrier::clock::now() + options.timeout, "barrier", options);
   }
@@ -220,8 +245,32 @@ class local_endpoint final : public collective {
     return {};
   }
 
+  // Plans the tree from every rank's parts; a mismatch, or "".
+  std::string plan_tree(const summation_tree& tree, std::span<const std::span<const tree_part>> ranks, std::size_t n) {
+    part_nodes_.clear();
+    part_data_.clear();
+    for (const auto& parts : ranks)
+      for (const tree_part& p : parts) {
+        if (p.data.size() != n)
+          return "a part of node " + std::to_string(p.node) + " has " + std::to_string(p.data.size()) + " floats, not " +
+                 std::to_string(n);
+        part_nodes_.push_back(p.node);
+        part_data_.push_back(p.data.data());
+      }
+    try {
+      plan_.build(tree, part_nodes_);
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return {};
+  }
+
   std::shared_ptr<shared_state> state_;
   int rank_;
+  // reduce_scatter_tree's, kept with their capacity (no allocation per step).
+  tree_plan plan_;
+  std::vector<std::uint32_t> part_nodes_;
+  std::vector<const float*> part_data_;
 };
 
 class local_group final : public collective_group {

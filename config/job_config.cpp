@@ -18,8 +18,18 @@ void validate_job_config(const job_config& c) {
       if (c.cluster.gpus[i] == c.cluster.gpus[j])
         throw config_error(where + "cluster.gpus lists GPU " + std::to_string(c.cluster.gpus[i]) +
                            " twice: NCCL refuses two ranks on one GPU");
+  if (c.train.reproducible && c.cluster.blas_threads > 1)
+    throw config_error(where + "cluster.blas_threads = " + std::to_string(c.cluster.blas_threads) +
+                       " with train.reproducible = true: a reproducible run uses one BLAS thread per replica, so "
+                       "that a slice's gradient does not depend on how the BLAS splits its work; set "
+                       "cluster.blas_threads = 1 (or 0), or train.reproducible = false");
   if (c.model.outputs() < 2 && c.model.loss == loss_kind::cross_entropy)
     throw config_error(where + "model.layers: cross_entropy needs at least 2 classes in the last layer");
+}
+
+bool cuts_enabled(const job_config& config) noexcept {
+  const auto policy = config.straggler.policy;
+  return !config.train.reproducible && (policy == straggler_policy::cut || policy == straggler_policy::balance_cut);
 }
 
 lr_schedule make_lr_schedule(const job_config& config, std::int64_t run_steps) {

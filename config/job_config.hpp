@@ -20,7 +20,12 @@ struct train_config {
   std::int64_t max_steps = 0;     // 0 = no limit
   bool shuffle = true;
   std::int64_t seed = 42;
-  std::int64_t micro_batch = 256;  // rows per forward/backward call on a device
+  // Rows per forward/backward call on a device; in reproducible mode the
+  // fixed slice of the global batch (See Note [Summation tree]).
+  std::int64_t micro_batch = 64;
+  // The final state is a function of the config, the seed and the data only
+  // (See Note [Summation tree] and Note [Stealing slices]).
+  bool reproducible = true;
   std::int64_t prefetch = 2;       // shard messages queued ahead at each device
   std::int64_t steps_per_message = 0;  // consecutive steps per shard message; 0 = automatic
   std::int64_t log_every = 50;     // steps between step records
@@ -91,6 +96,11 @@ struct job_config {
 
 // The schedule the job uses, with total_steps resolved from the run length.
 lr_schedule make_lr_schedule(const job_config& config, std::int64_t run_steps);
+
+// Whether late members are cut short (and their samples deferred): the
+// policy says so and the run is not reproducible, where stealing replaces
+// cuts (See Note [Stealing slices]).
+bool cuts_enabled(const job_config& config) noexcept;
 
 // Checks relations between keys (e.g. nesterov needs momentum); throws config_error.
 void validate_job_config(const job_config& config);

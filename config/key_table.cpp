@@ -244,8 +244,17 @@ const std::vector<key_spec>& keys() {
     b.integer("seed", [](job_config& c) -> std::int64_t& { return c.train.seed; }, 0,
               "Seed of the initial weights and of the epoch orders.");
     b.integer("micro_batch", [](job_config& c) -> std::int64_t& { return c.train.micro_batch; }, 1,
-              "Rows per forward/backward pass on a device; a shard is processed in micro-batches and "
-              "their gradients summed (memory bound, not a change of arithmetic).");
+              "Rows per forward/backward pass on a device. With train.reproducible, the fixed slice of the global "
+              "batch: slices are the unit that members share and steal, and their gradients are added in one "
+              "fixed tree, so at most batch_size / micro_batch members work on a step. Without, a shard is "
+              "processed in micro-batches of this size (a memory bound, not a change of arithmetic).");
+    b.boolean("reproducible", [](job_config& c) -> bool& { return c.train.reproducible; },
+              "Same bytes whatever happens: the final parameters and optimizer state depend on the config, the "
+              "seed and the data only, not on the number of replicas, the shard split, stragglers, faults, joins, "
+              "leaves or resumes (CPU replicas; docs/reproducibility.md). Stragglers are handled by stealing "
+              "slices within the step instead of cutting them into later steps, each replica uses one BLAS "
+              "thread, and GPU gradient buckets do not overlap backward. false: the faster paths, not "
+              "reproducible.");
     b.integer("prefetch", [](job_config& c) -> std::int64_t& { return c.train.prefetch; }, 1,
               "Shard messages queued ahead at each device.");
     b.integer("steps_per_message", [](job_config& c) -> std::int64_t& { return c.train.steps_per_message; }, 0,
@@ -286,7 +295,8 @@ const std::vector<key_spec>& keys() {
     b.integer("cpus", [](job_config& c) -> std::int64_t& { return c.cluster.cpus; }, 0,
               "CPU replicas when no GPU is used (0 = one per core).", 1024);
     b.integer("blas_threads", [](job_config& c) -> std::int64_t& { return c.cluster.blas_threads; }, 0,
-              "OpenBLAS threads per CPU replica (0 = cores / replicas, at least 1).", 1024);
+              "OpenBLAS threads per CPU replica (0 = cores / replicas, at least 1; always 1 with "
+              "train.reproducible).", 1024);
     b.integer("min_devices", [](job_config& c) -> std::int64_t& { return c.cluster.min_devices; }, 1,
               "Fewest replicas to train on; below it the engine checkpoints and stops with an error.");
     b.floating("hang_timeout_s", [](job_config& c) -> double& { return c.cluster.hang_timeout_s; }, 0.0, false,
@@ -312,8 +322,10 @@ const std::vector<key_spec>& keys() {
     b.choice<straggler_policy>("policy", [](job_config& c) -> straggler_policy& { return c.straggler.policy; },
                                {{"none", straggler_policy::none}, {"balance", straggler_policy::balance},
                                 {"cut", straggler_policy::cut}, {"balance+cut", straggler_policy::balance_cut}},
-                               "balance: shard sizes follow each member's measured throughput; cut: a member late past "
-                               "its deadline contributes what it has computed and returns the rest of its shard.");
+                               "balance: shard sizes follow each member's measured throughput. cut: with "
+                               "train.reproducible, members that are done steal the slices a late one has not started, "
+                               "within the step; without, a member late past its deadline contributes what it has "
+                               "computed and returns the rest of its shard, which later steps train.");
     b.floating("deadline_factor", [](job_config& c) -> double& { return c.straggler.deadline_factor; }, 1.0, false,
                "A late member is cut this many median compute times after its step started ...");
     b.floating("deadline_floor_ms", [](job_config& c) -> double& { return c.straggler.deadline_floor_ms; }, 0.0, false,

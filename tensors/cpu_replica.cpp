@@ -69,6 +69,22 @@ batch_stats cpu_replica::accumulate(const batch_ref& rows, gradient_listener* li
   return stats;
 }
 
+batch_stats cpu_replica::accumulate_slice(const batch_ref& rows, std::span<float> grads) {
+  const std::size_t n = gather(rows);
+  assert(grads.size() == layout_.parameter_size);
+  if (n == 0) {
+    std::fill(grads.begin(), grads.end(), 0.0f);
+    return {};
+  }
+  if (grads.data() == grads_.data()) grads_written_ = true;
+  return model_.forward_backward(state().data(), grads.data(), x_.data(), y_.data(), n, /*overwrite=*/true);
+}
+
+std::span<float> cpu_replica::scratch_gradients(std::size_t i) {
+  while (scratch_.size() <= i) scratch_.emplace_back(layout_.parameter_size);
+  return scratch_[i].span();
+}
+
 batch_stats cpu_replica::evaluate(const batch_ref& rows) {
   const std::size_t n = gather(rows);
   return model_.evaluate(state().data(), x_.data(), y_.data(), n);

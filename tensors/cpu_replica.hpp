@@ -2,6 +2,8 @@
 // The CPU replica: the native MLP over host flat buffers, GEMMs through
 // OpenBLAS on the calling thread.
 
+#include <vector>
+
 #include "tensors/aligned_buffer.hpp"
 #include "tensors/replica.hpp"
 
@@ -21,6 +23,9 @@ class cpu_replica final : public replica {
   batch_stats accumulate(const batch_ref& rows, gradient_listener* listener) override;
   batch_stats evaluate(const batch_ref& rows) override;
   double samples() const override { return samples_; }
+  batch_stats accumulate_slice(const batch_ref& rows, std::span<float> grads) override;
+  std::span<float> scratch_gradients(std::size_t i) override;
+  bool computes_slices() const noexcept override { return true; }
   std::span<float> gradients() override;
   void apply_update(double lr, double total_samples, std::size_t begin, std::size_t end) override;
   void finish_step() override;
@@ -52,6 +57,7 @@ class cpu_replica final : public replica {
   aligned_buffer<float> grads_;  // gradient sums (parameter layout)
   bool grads_written_ = true;    // false after zero_grad() until the first accumulate() writes them
   double samples_ = 0.0;
+  std::vector<aligned_buffer<float>> scratch_;  // See scratch_gradients()
   aligned_buffer<float> x_;      // (micro_batch, inputs)
   aligned_buffer<std::int32_t> y_;
   std::vector<std::span<float>> sections_[2];  // per state buffer: parameters, then each slot

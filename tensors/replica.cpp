@@ -1,6 +1,7 @@
 #include "tensors/replica.hpp"
 
 #include <cstring>
+#include <stdexcept>
 
 namespace dpactor {
 
@@ -24,6 +25,14 @@ std::int64_t read_step_counter(std::span<const float> state, const state_layout&
 
 void write_step_counter(std::span<float> state, const state_layout& layout, std::int64_t steps) noexcept {
   std::memcpy(state.data() + layout.layout.size(), &steps, sizeof steps);
+}
+
+batch_stats replica::accumulate_slice(const batch_ref&, std::span<float>) {
+  throw std::logic_error("this replica does not compute slices (train.reproducible)");
+}
+
+std::span<float> replica::scratch_gradients(std::size_t) {
+  throw std::logic_error("this replica does not compute slices (train.reproducible)");
 }
 
 std::uint64_t checksum_floats(std::span<const float> values) noexcept {

@@ -105,6 +105,16 @@ class replica {
   // Rows accumulated since zero_grad().
   virtual double samples() const = 0;
 
+  // Reproducible mode (See Note [Summation tree]): forward and backward over
+  // one slice of at most max_rows() rows, its gradient sums *written* into
+  // `grads` (gradients() itself, or a scratch_gradients() buffer).
+  virtual batch_stats accumulate_slice(const batch_ref& rows, std::span<float> grads);
+  // Gradient-sized buffers for the tree's nodes (the i-th, made on first use
+  // and kept), in the memory gradients() lives in.
+  virtual std::span<float> scratch_gradients(std::size_t i);
+  // Whether the replica computes slices (the two calls above).
+  virtual bool computes_slices() const noexcept { return false; }
+
   // The gradient sums, laid out like the parameters (layout().parameter_size
   // floats): what the collective reduces. Complete on return (a GPU replica
   // waits for its stream).

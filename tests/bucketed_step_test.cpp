@@ -137,6 +137,7 @@ job_config equivalence_job(int replicas, const std::filesystem::path& dir) {
   c.train.max_steps = 50;
   c.train.micro_batch = 16;  // shards span several micro-batches
   c.train.verify_replicas = true;
+  c.train.reproducible = false;  // buckets overlap backward only then
   c.train.checkpoint_dir = dir.string();
   return c;
 }
@@ -165,6 +166,7 @@ job_config faulty_job(int replicas, std::vector<std::string> faults) {
   job_config c = testing::small_job(replicas, 64, 1024);
   c.train.epochs = 3;
   c.train.verify_replicas = true;
+  c.train.reproducible = false;  // buckets overlap backward only then
   c.faults.inject = std::move(faults);
   return c;
 }

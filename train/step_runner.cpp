@@ -82,6 +82,60 @@ const fault_spec* step_runner::find_fault(fault_kind kind, std::int64_t step) co
   return nullptr;
 }
 
+const fault_spec* step_runner::inject_step_faults(const step_shard& shard, const device_control& control,
+                                                  const collective_group& group) {
+  if (faults_.empty()) return nullptr;
+  const std::int64_t step_number = shard.step + 1;  // faults count steps from 1
+  if (const fault_spec* f = find_fault(fault_kind::jitter, step_number)) {
+    if (!jitter_rng_) jitter_rng_.emplace(fault_seed_, static_cast<std::uint64_t>(device_id_));
+    if (jitter_rng_->uniform() < f->probability) injected_delay(control, shard.step, f->delay_ms / 1000.0);
+  }
+  if (find_fault(fault_kind::fail, step_number))
+    throw injected_failure("injected failure (fault spec fail:" + std::to_string(device_id_) + "@" +
+                           std::to_string(step_number) + ")");
+  if (find_fault(fault_kind::hang, step_number)) {
+    // Blocks until the reducer gives up on this member and aborts the group.
+    while (!group.aborted()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return find_fault(fault_kind::slow, step_number);
+}
+
+step_runner::computed step_runner::compute_slices(const step_shard& shard, replica& model, const dataset& train,
+                                                  const device_control& control, const collective_group& group) {
+  computed c;
+  c.start = clock_type::now();
+  const fault_spec* slow = inject_step_faults(shard, control, group);
+  const std::size_t slices = shard.slices();
+  tree_.emplace(slices);
+  builder_.reset(*tree_);
+  buffers_.assign(1, model.gradients());  // the first node the member holds lands where the optimizer reads
+  free_.assign(1, 0);
+  const std::span<const std::uint32_t> rows(shard.indices);
+  const auto compute = [&](std::size_t slice) {
+    const auto start = clock_type::now();
+    if (free_.empty()) {
+      free_.push_back(buffers_.size());
+      buffers_.push_back(model.scratch_gradients(buffers_.size() - 1));
+    }
+    const std::size_t buffer = free_.back();
+    free_.pop_back();
+    const std::size_t at = slice * shard.slice_rows;
+    c.stats += model.accumulate_slice(train.batch(rows.subspan(at, std::min<std::size_t>(shard.slice_rows, rows.size() - at))),
+                                      buffers_[buffer]);
+    builder_.add_leaf(slice, buffer, buffers_, free_);
+    if (slow != nullptr) injected_delay(control, shard.step, (slow->factor - 1.0) * seconds_since(start));
+  };
+  // See Note [Stealing slices]: own slices in order, then whatever is left.
+  for (std::size_t s = shard.first_slice; s < shard.last_slice; ++s)
+    if (shard.board->claim(s)) compute(s);
+  if (shard.board->stealing())
+    while (const auto s = shard.board->steal()) compute(*s);
+  c.done = static_cast<std::size_t>(c.stats.samples);
+  c.compute_s = seconds_since(c.start);
+  c.sliced = true;
+  return c;
+}
+
 step_runner::computed step_runner::compute(const step_shard& shard, replica& model, const dataset& train,
                                            const device_control& control, const collective_group& group,
                                            collective* comm) {
@@ -93,21 +147,7 @@ step_runner::computed step_runner::compute(const step_shard& shard, replica& mod
     starter_.begin_step(buckets(model), comm, model.native_stream());
     c.overlapped = comm;
   }
-  const std::int64_t step_number = shard.step + 1;  // faults count steps from 1
-  if (!faults_.empty()) {
-    if (const fault_spec* f = find_fault(fault_kind::jitter, step_number)) {
-      if (!jitter_rng_) jitter_rng_.emplace(fault_seed_, static_cast<std::uint64_t>(device_id_));
-      if (jitter_rng_->uniform() < f->probability) injected_delay(control, shard.step, f->delay_ms / 1000.0);
-    }
-    if (find_fault(fault_kind::fail, step_number))
-      throw injected_failure("injected failure (fault spec fail:" + std::to_string(device_id_) + "@" +
-                             std::to_string(step_number) + ")");
-    if (find_fault(fault_kind::hang, step_number)) {
-      // Blocks until the reducer gives up on this member and aborts the group.
-      while (!group.aborted()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-  }
-  const fault_spec* slow = faults_.empty() ? nullptr : find_fault(fault_kind::slow, step_number);
+  const fault_spec* slow = inject_step_faults(shard, control, group);
   const std::size_t micro = model.max_rows();
   const std::span<const std::uint32_t> rows(shard.indices);
   const auto slice_at = [&](std::size_t at) { return rows.subspan(at, std::min(micro, rows.size() - at)); };
@@ -152,6 +192,16 @@ std::span<const float> step_runner::synchronize(const computed& c, std::size_t r
                                                 collective& comm, const collective_options& options,
                                                 late_observer* observer, const lr_schedule& schedule) {
   const std::span<float> grads = model.gradients();
+  whole_ = {0, grads.size(), 0};  // the gradients as one part
+  if (c.sliced) {
+    // See Note [Summation tree]: the nodes this member holds go into the
+    // tree's reduce-scatter; its chunk of the root lands in `grads`.
+    reduce_header(c, 0, comm, options, observer);
+    parts_.clear();
+    for (const auto& [node, buffer] : builder_.held()) parts_.push_back({node, buffers_[buffer]});
+    comm.reduce_scatter_tree(tree_->slices(), parts_, grads, options);
+    return update(model, comm, options, schedule, {&whole_, 1});
+  }
   // See Note [Sharded optimizer step], and Note [Gradient buckets] for a
   // backend that overlaps: its buckets not started during backward start now,
   // in order, and the header follows them on every member. Otherwise the
@@ -165,9 +215,13 @@ std::span<const float> step_runner::synchronize(const computed& c, std::size_t r
   } else {
     reduce_header(c, returned, comm, options, observer);
     comm.reduce_scatter_sum(grads, options);
-    whole_ = {0, grads.size(), 0};
     parts = {&whole_, 1};
   }
+  return update(model, comm, options, schedule, parts);
+}
+
+std::span<const float> step_runner::update(replica& model, collective& comm, const collective_options& options,
+                                           const lr_schedule& schedule, std::span<const gradient_bucket> parts) {
   const double lr = schedule.at(model.optimizer_steps());
   // A member alone gathers nothing, so no collective can fail after its
   // update: it updates in place (See replica::update_in_place).

@@ -18,6 +18,7 @@
 #include "train/straggler.hpp"
 #include "comms/collective.hpp"
 #include "comms/gradient_buckets.hpp"
+#include "comms/summation_tree.hpp"
 #include "data/dataset.hpp"
 #include "tensors/lr_schedule.hpp"
 #include "tensors/replica.hpp"
@@ -46,6 +47,7 @@ class step_runner {
   struct computed {
     batch_stats stats;
     std::size_t done = 0;  // indices processed; the rest of the shard was cut
+    bool sliced = false;   // by compute_slices (reproducible mode)
     double compute_s = 0.0;
     clock::time_point start;
     collective* overlapped = nullptr;  // the endpoint whose buckets compute() started
@@ -64,6 +66,13 @@ class step_runner {
   // [Gradient buckets]); the next synchronize() must use the same `comm`.
   computed compute(const step_shard& shard, replica& model, const dataset& train, const device_control& control,
                    const collective_group& group, collective* comm = nullptr);
+
+  // Reproducible mode: claims and computes slices of the step (its own range,
+  // then any left unclaimed), holding the complete tree nodes they make (See
+  // Note [Stealing slices] and Note [Summation tree]). Throws
+  // injected_failure.
+  computed compute_slices(const step_shard& shard, replica& model, const dataset& train,
+                          const device_control& control, const collective_group& group);
 
   // The step's collectives and this member's part of the optimizer step.
   // A member still waiting for others at the deadline tells `observer`.
@@ -96,6 +105,12 @@ class step_runner {
   };
 
   const fault_spec* find_fault(fault_kind kind, std::int64_t step_number) const;
+  // The step's injected jitter, failure and hang; returns its slow-down, if any.
+  const fault_spec* inject_step_faults(const step_shard& shard, const device_control& control,
+                                       const collective_group& group);
+  // The optimizer step on this member's chunk of each part, and the gather.
+  std::span<const float> update(replica& model, collective& comm, const collective_options& options,
+                                const lr_schedule& schedule, std::span<const gradient_bucket> parts);
   std::span<const float> reduce_header(const computed& c, std::size_t returned, collective& comm,
                                        const collective_options& options, late_observer* observer);
 
@@ -112,6 +127,12 @@ class step_runner {
   gradient_bucket whole_;                       // the gradients as one part, without buckets
   std::vector<std::span<float>> gather_parts_;  // state sections cut by bucket
   rolling_median compute_times_{64};  // of complete shards, all members (from the headers)
+  // Reproducible mode's, kept with their capacity.
+  std::optional<summation_tree> tree_;
+  tree_builder builder_;
+  std::vector<std::span<float>> buffers_;  // gradients(), then scratch_gradients()
+  std::vector<std::size_t> free_;          // buffers holding no node
+  std::vector<tree_part> parts_;
 };
 
 }  // namespace dpactor

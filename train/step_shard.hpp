@@ -1,10 +1,17 @@
 #pragma once
-// One member's part of one step: the sample indices it trains, in the order
-// the loader drew them. Across processes only these indices travel; each
-// node reads its own copy of the data (DESIGN.md, "The actors").
+// One member's part of one step. Across processes only the indices travel;
+// each node reads its own copy of the data (DESIGN.md, "The actors").
+//
+// Without train.reproducible, `indices` are the member's own samples. In
+// reproducible mode they are the whole step's, cut into slices of
+// `slice_rows`; the member owns slices [first_slice, last_slice) and may
+// steal others through the step's board (See Note [Stealing slices]).
 
 #include <cstdint>
+#include <memory>
 #include <vector>
+
+#include "train/slice_board.hpp"
 
 namespace dpactor {
 
@@ -12,6 +19,16 @@ struct step_shard {
   std::int64_t step = 0;   // 0-based optimizer step
   std::int64_t epoch = 0;  // 0-based
   std::vector<std::uint32_t> indices;
+  // Reproducible mode only (slice_rows > 0):
+  std::uint32_t slice_rows = 0;
+  std::uint32_t first_slice = 0;
+  std::uint32_t last_slice = 0;
+  std::shared_ptr<slice_board> board;  // in-process only, not serialised
+
+  bool sliced() const noexcept { return slice_rows > 0; }
+  std::size_t slices() const noexcept {
+    return sliced() ? (indices.size() + slice_rows - 1) / slice_rows : 0;
+  }
 };
 
 }  // namespace dpactor

@@ -1,0 +1,50 @@
+#include "comms/collective.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "comms/summation_tree.hpp"
+
+namespace dpactor {
+
+// Exchanges who holds which node (one small all-reduce), then every part by
+// broadcast from its holder, and evaluates this rank's chunk locally: the
+// same plan, so the same bytes, as a backend that reads the parts in place.
+void collective::reduce_scatter_tree(std::size_t slices, std::span<const tree_part> parts, std::span<float> out,
+                                     const collective_options& options) {
+  const summation_tree tree(slices);
+  std::vector<float> holder(tree.node_bound(), 0.0f);  // rank + 1 of each node's holder
+  for (const tree_part& p : parts) {
+    if (p.node >= tree.node_bound() || p.data.size() != out.size())
+      throw collective_error(collective_errc::mismatch, "reduce_scatter_tree: a part does not fit the tree or the output");
+    holder[p.node] = static_cast<float>(rank() + 1);
+  }
+  if (size() > 1) all_reduce_sum(holder, options);
+  std::vector<std::uint32_t> nodes;
+  std::vector<std::vector<float>> copies;
+  std::vector<const float*> data;
+  for (std::uint32_t n = 0; n < tree.node_bound(); ++n) {
+    if (holder[n] == 0.0f) continue;
+    const int from = static_cast<int>(holder[n]) - 1;
+    nodes.push_back(n);
+    if (from == rank()) {
+      const auto mine = std::find_if(parts.begin(), parts.end(), [&](const tree_part& p) { return p.node == n; });
+      data.push_back(mine->data.data());
+      if (size() > 1) broadcast(mine->data, from, options);
+    } else {
+      copies.emplace_back(out.size());
+      broadcast(copies.back(), from, options);
+      data.push_back(copies.back().data());
+    }
+  }
+  tree_plan plan;
+  try {
+    plan.build(tree, nodes);
+  } catch (const std::invalid_argument& e) {
+    throw collective_error(collective_errc::mismatch, std::string("reduce_scatter_tree: ") + e.what());
+  }
+  const auto [begin, end] = chunk(out.size(), rank());
+  plan.run(data.data(), begin, end, out.data());
+}
+
+}  // namespace dpactor

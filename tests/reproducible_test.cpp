@@ -1,0 +1,130 @@
+// Same bytes whatever happens (train.reproducible, the default; See Note
+// [Summation tree] and Note [Stealing slices]): 300 steps of the default job
+// give byte-identical model.safetensors and optimizer.safetensors with 1 to 4
+// replicas, a slow replica, a failed one, a hung one, a join, a leave, a
+// resume from step 150, and a run stopped by SIGINT at a random step and
+// resumed. The runs are the dpactor program's; the test compares the files
+// itself. Each case runs with the default slice (train.micro_batch 64: two
+// slices a step) and with slices of 16 (eight a step, so that stealing and
+// uneven trees happen).
+
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <random>
+#include <thread>
+
+#include "tests/test_support.hpp"
+
+namespace dpactor {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string dataset = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz";
+
+class SameBytes : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(dataset)) GTEST_SKIP() << "dataset-fashion-mnist is not installed (scripts/setup installs it)";
+  }
+
+  // The default job for 300 steps, with this case's slice, plus `extra`.
+  std::vector<std::string> args(const std::string& name, std::vector<std::string> extra) const {
+    std::vector<std::string> a{"--model", std::string(DPACTOR_SOURCE_DIR) + "/configs/mlp.cfg", "--quiet",
+                               "--checkpoint-dir", name, "--set", "train.max_steps=300", "--set",
+                               "train.micro_batch=" + std::to_string(GetParam()), "--set", "train.eval_every=0"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  }
+
+  // Runs to step 300 and returns the two files' bytes.
+  std::string run(const std::string& name, std::vector<std::string> extra) {
+    const auto r = testing::run_cli(args(name, std::move(extra)), dir_.path());
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return final_bytes(name);
+  }
+
+  std::string final_bytes(const std::string& name) const {
+    const fs::path step = dir_ / name / "step-00000300";
+    if (!fs::exists(step)) return "no checkpoint at step 300 in " + name;
+    return testing::read_text(step / "model.safetensors") + testing::read_text(step / "optimizer.safetensors");
+  }
+
+  // The quiet run every other one must equal (2 replicas, no faults).
+  const std::string& quiet() {
+    if (quiet_.empty()) quiet_ = run("quiet", {"--cpus", "2"});
+    return quiet_;
+  }
+
+  testing::scratch_dir dir_;
+  std::string quiet_;
+};
+
+// Byte comparison with a readable failure (the files are ~1 MB).
+void expect_same_bytes(const std::string& got, const std::string& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  const auto diff = std::mismatch(got.begin(), got.end(), want.begin());
+  EXPECT_TRUE(diff.first == got.end()) << what << ": first differing byte at offset " << (diff.first - got.begin());
+}
+
+TEST_P(SameBytes, TwoRunsOfTheSameCommand) { expect_same_bytes(run("again", {"--cpus", "2"}), quiet(), "a second run"); }
+
+TEST_P(SameBytes, OneThreeAndFourReplicas) {
+  for (const char* n : {"1", "3", "4"})
+    expect_same_bytes(run(std::string("cpus") + n, {"--cpus", n}), quiet(), std::string("--cpus ") + n);
+}
+
+TEST_P(SameBytes, AReplicaThreeTimesSlower) {
+  expect_same_bytes(run("slow", {"--cpus", "2", "--inject", "slow:1:3"}), quiet(), "slow:1:3");
+}
+
+TEST_P(SameBytes, AFailedReplica) {
+  expect_same_bytes(run("fail", {"--cpus", "3", "--inject", "fail:1@150"}), quiet(), "fail:1@150");
+}
+
+TEST_P(SameBytes, AHungReplica) {
+  expect_same_bytes(run("hang", {"--cpus", "3", "--inject", "hang:1@150", "--set", "cluster.hang_timeout_s=0.5"}),
+                    quiet(), "hang:1@150");
+}
+
+TEST_P(SameBytes, AReplicaThatJoins) {
+  expect_same_bytes(run("join", {"--cpus", "2", "--inject", "join:cpu@100"}), quiet(), "join:cpu@100");
+}
+
+TEST_P(SameBytes, AReplicaThatLeaves) {
+  expect_same_bytes(run("leave", {"--cpus", "3", "--inject", "leave:1@100"}), quiet(), "leave:1@100");
+}
+
+TEST_P(SameBytes, AResumeFromItsOwnStep150Checkpoint) {
+  const std::string first = run("first", {"--cpus", "2", "--checkpoint-every", "150"});
+  expect_same_bytes(first, quiet(), "the run that wrote the checkpoint");
+  ASSERT_TRUE(fs::exists(dir_ / "first" / "step-00000150"));
+  expect_same_bytes(run("resumed", {"--cpus", "3", "--resume", "first/step-00000150"}), quiet(),
+                    "resumed from step 150 on 3 replicas");
+}
+
+TEST_P(SameBytes, ARunStoppedBySigintAtARandomStepAndResumed) {
+  std::random_device seed;
+  const int at = std::uniform_int_distribution<int>(5, 280)(seed);
+  SCOPED_TRACE("SIGINT once step " + std::to_string(at) + " is reported");
+  auto a = args("stopped", {"--cpus", "2", "--metrics", "m.jsonl", "--set", "train.log_every=1"});
+  testing::cli_process child(a, dir_.path());
+  const std::string mark = "\"event\":\"step\",\"step\":" + std::to_string(at) + ",";
+  while (testing::read_text(dir_ / "m.jsonl").find(mark) == std::string::npos) {
+    ASSERT_EQ(child.output_so_far().find("error"), std::string::npos) << child.output_so_far();
+    ASSERT_FALSE(fs::exists(dir_ / "stopped" / "step-00000300")) << "the run ended before the signal";
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  child.signal(SIGINT);
+  const auto stopped = child.wait();
+  ASSERT_EQ(stopped.exit_code, 130) << stopped.output;
+  expect_same_bytes(run("after-sigint", {"--cpus", "1", "--resume", "stopped"}), quiet(),
+                    "stopped by SIGINT, resumed on 1 replica");
+}
+
+INSTANTIATE_TEST_SUITE_P(Slices, SameBytes, ::testing::Values(64, 16),
+                         [](const auto& info) { return "micro_batch_" + std::to_string(info.param); });
+
+}  // namespace
+}  // namespace dpactor

@@ -27,13 +27,17 @@ int runs(int fallback) {
 
 // 960 samples at global batch 96 (10 steps an epoch), micro-batches of 4
 // rows so that a cut stops a shard part-way; one device fails, another hangs,
-// a third is slow or jittery so that it gets cut.
+// a third is slow or jittery so that it gets cut (or, in reproducible mode,
+// its slices get stolen).
 job_config stormy_job(std::mt19937_64& gen, std::string& faults_text) {
   const int replicas = std::uniform_int_distribution<int>(3, 5)(gen);
   job_config c = testing::small_job(replicas, 96, 960);
   c.train.epochs = 2;
   c.train.micro_batch = 4;
   c.straggler.policy = straggler_policy::balance_cut;
+  // Half the runs cut late replicas (their samples go to later steps); the
+  // other half are reproducible, where idle replicas steal unstarted slices.
+  c.train.reproducible = std::uniform_int_distribution<int>(0, 1)(gen) == 0;
   c.cluster.hang_timeout_s = 0.3;
   std::vector<int> devices(static_cast<std::size_t>(replicas));
   std::iota(devices.begin(), devices.end(), 0);
@@ -57,7 +61,8 @@ TEST(FaultStorm, RunsThatFailHangAndGetCutAtRandomStepsFinishWithEverySample) {
     std::string faults;
     job_config c = stormy_job(gen, faults);
     const std::int64_t rows = c.data.synthetic_train;
-    SCOPED_TRACE("run " + std::to_string(i) + ": " + std::to_string(c.cluster.cpus) + " replicas, " + faults);
+    SCOPED_TRACE("run " + std::to_string(i) + ": " + std::to_string(c.cluster.cpus) + " replicas, " + faults +
+                 (c.train.reproducible ? "reproducible" : "cuts"));
     std::mutex m;
     std::vector<epoch_event> epochs;
     int removed = 0;

@@ -76,6 +76,13 @@ launch_plan prepare_launch(const job_config& config, const run_options& options,
   plan.run_steps = plan.epoch_steps * config.train.epochs;
   if (config.train.max_steps > 0) plan.run_steps = std::min(plan.run_steps, config.train.max_steps);
   plan.schedule = make_lr_schedule(config, plan.run_steps);
+  if (config.train.reproducible) {
+    const std::int64_t slices = (config.train.batch_size + config.train.micro_batch - 1) / config.train.micro_batch;
+    if (slices < replicas)
+      spdlog::warn("train.reproducible: a step of {} samples has {} slice{} of train.micro_batch = {}, so only {} of "
+                   "the {} replicas work on it; a smaller train.micro_batch gives the others slices too",
+                   config.train.batch_size, slices, slices == 1 ? "" : "s", config.train.micro_batch, slices, replicas);
+  }
   return plan;
 }
 

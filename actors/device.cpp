@@ -3,6 +3,7 @@
 #include "tensors/float_env.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <chrono>
 #include <numeric>
 #include <stdexcept>
@@ -23,10 +24,26 @@ void report_failure(device_ptr self, std::int64_t step, const std::string& what)
   self->send(st.reducer, std::move(msg));
 }
 
+// fault spec perturb:R@S: the last bit of the first parameter flips, as a
+// corrupted replica's would (a test of train.verify_replicas).
+void perturb(replica& model) {
+  std::vector<float> state = model.export_state();
+  std::uint32_t bits;
+  std::memcpy(&bits, state.data(), sizeof bits);
+  bits ^= 1u;
+  std::memcpy(state.data(), &bits, sizeof bits);
+  model.import_state(state);
+}
+
 // One step of a shard message; adds its record for the report (first member).
 void run_step(device_ptr self, const step_shard& shard) {
   auto& st = self->state;
   replica& model = *st.setup->model;
+  // See train.verify_replicas: the state as this member carries it into the
+  // step, before the step's gather could make the replicas equal again.
+  if (st.runner->perturbs(shard.step)) perturb(model);
+  const std::uint64_t carried = st.setup->verify_replicas ? model.state_checksum() : 0;
+  const std::int64_t counter = model.optimizer_steps();
   const step_runner::computed c =
       shard.sliced() ? st.runner->compute_slices(shard, model, *st.setup->train, *st.setup->control, *st.group)
                      : st.runner->compute(shard, model, *st.setup->train, *st.setup->control, *st.group, st.comm.get());
@@ -39,12 +56,13 @@ void run_step(device_ptr self, const step_shard& shard) {
   const std::span<const float> header =
       st.runner->synchronize(c, returned, model, *st.comm, st.setup->collective, &st.late, st.setup->schedule);
   st.last_step = shard.step;
+  if (st.setup->on_trained)
+    st.setup->on_trained(trained_event{st.setup->name, shard.step, shard.epoch, c.stats.samples, c.digest});
   if (st.rank == 0 || st.setup->verify_replicas) {
     const auto m = static_cast<std::size_t>(st.comm->size());
     step_record rec{shard.step, shard.epoch, static_cast<double>(header[h_loss]),
-                    static_cast<std::int64_t>(header[h_correct]), static_cast<std::int64_t>(header[h_samples]), 0,
-                    {}, {}, {}};
-    if (st.setup->verify_replicas) rec.checksum = model.parameter_checksum();
+                    static_cast<std::int64_t>(header[h_correct]), static_cast<std::int64_t>(header[h_samples]), carried,
+                    counter, {}, {}, {}};
     const auto times = header.subspan(h_members, m), samples = header.subspan(h_members + m, m),
                back = header.subspan(h_members + 2 * m, m);
     rec.compute_s.assign(times.begin(), times.end());

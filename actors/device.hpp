@@ -25,6 +25,7 @@
 // (shard_cut_msg); the loader hands them out again later in the epoch.
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -32,6 +33,7 @@
 
 #include <caf/all.hpp>
 
+#include "train/events.hpp"
 #include "train/fault_plan.hpp"
 #include "actors/protocol.hpp"
 #include "train/step_runner.hpp"
@@ -62,6 +64,8 @@ struct device_setup {
   std::vector<fault_spec> faults;  // this device's injected faults
   std::uint64_t fault_seed = 1;
   bucket_limits buckets;  // on backends that overlap (See Note [Gradient buckets])
+  // train.record_trained: told what this device trained in every step it applied.
+  std::function<void(const trained_event&)> on_trained;
 };
 
 // Tells the reducer who is late in the current step's collective.

@@ -114,8 +114,9 @@ void Engine::start() {
   if (!config.train.checkpoint_dir.empty())
     writer = system->spawn<caf::detached>(checkpoint_writer_behavior, make_writer_setup(config, *plan));
   // Spawns device `id`, at the start and for joins (the reducer calls it).
-  auto spawn_device = [&config, plan, sys = system.get()](int id) {
+  auto spawn_device = [&config, plan, control = m.control, sys = system.get()](int id) {
     std::shared_ptr<device_setup> setup = make_device_setup(config, *plan, id);
+    if (config.train.record_trained) setup->on_trained = [control](const trained_event& e) { control->emit(e); };
     member_handle h{{}, id, setup->name, setup->control};
     h.actor = sys->spawn<caf::detached>(device_behavior, std::move(setup));
     return h;

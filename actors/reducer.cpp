@@ -73,8 +73,11 @@ void commit_ready_steps(reducer_ptr self) {
   step_commit commit;
   try {
     commit = st.book->commit_ready(st.members->members().size(), clock_type::now());
-  } catch (const training_error&) {
-    fail_run(self, std::current_exception());
+  } catch (const replicas_diverged& e) {
+    const auto name = [&](std::int32_t rank) { return st.handle(static_cast<std::size_t>(rank)).name; };
+    fail_run(self, std::make_exception_ptr(training_error(
+                       "replicas diverged: " + name(e.other) + " carried a different state or step counter into step " +
+                       std::to_string(e.step + 1) + " than " + name(e.rank) + " (train.verify_replicas)")));
     return;
   }
   if (st.book->committed() > before)

@@ -33,7 +33,8 @@ struct train_config {
   std::string checkpoint_dir = "checkpoints";  // "" = no checkpoints
   std::int64_t checkpoint_every = 0;           // steps; 0 = only at the end
   std::int64_t keep_checkpoints = 3;           // newest kept; 0 = keep all
-  bool verify_replicas = false;  // compare parameter checksums of all replicas every step
+  bool verify_replicas = false;  // compare the state checksums of all replicas every step
+  bool record_trained = false;   // every device reports what it trained (trained_event)
 };
 
 struct schedule_config {

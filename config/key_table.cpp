@@ -273,8 +273,13 @@ const std::vector<key_spec>& keys() {
     b.integer("keep_checkpoints", [](job_config& c) -> std::int64_t& { return c.train.keep_checkpoints; }, 0,
               "Keep the newest this many checkpoints, delete older ones (0 = keep all).");
     b.boolean("verify_replicas", [](job_config& c) -> bool& { return c.train.verify_replicas; },
-              "Check after every step that all replicas hold bitwise identical parameters (costs a "
-              "checksum per step; a mismatch stops training with an error).");
+              "Check at every step that all replicas carried bitwise identical state (parameters and optimizer "
+              "state) and step counters into it: a checksum of the state per replica and step; a mismatch "
+              "stops training with an error naming the replica and the step.");
+    b.boolean("record_trained", [](job_config& c) -> bool& { return c.train.record_trained; },
+              "Audit: every device reports, for every step it applied, how many samples it trained and a digest "
+              "of their indices (\"trained\" events and metrics records), so that exactly-once can be checked "
+              "from outside the engine.");
 
     b.section = "cluster";
     b.keys.push_back({"cluster", "gpus", "array of integers",

@@ -379,10 +379,9 @@ void cuda_replica::copy_parameters(std::span<float> out) const {
   download(out.data(), state().data(), layout_.parameter_size);
 }
 
-std::uint64_t cuda_replica::parameter_checksum() const {
-  std::vector<float> params(layout_.parameter_size);
-  copy_parameters(params);
-  return checksum_floats(params);
+std::uint64_t cuda_replica::state_checksum() const {
+  const std::vector<float> state = export_state();
+  return checksum_floats(std::span<const float>(state).first(layout_.layout.size() + 2));
 }
 
 }  // namespace dpactor

@@ -59,7 +59,7 @@ class cuda_replica final : public replica {
   std::vector<float> export_state() const override;
   void import_state(std::span<const float> state) override;
   void copy_parameters(std::span<float> out) const override;
-  std::uint64_t parameter_checksum() const override;
+  std::uint64_t state_checksum() const override;
 
  private:
   struct device_dataset {

@@ -143,8 +143,9 @@ void cpu_replica::copy_parameters(std::span<float> out) const {
   std::copy_n(state().data(), layout_.parameter_size, out.data());
 }
 
-std::uint64_t cpu_replica::parameter_checksum() const {
-  return checksum_floats(state().span().first(layout_.parameter_size));
+std::uint64_t cpu_replica::state_checksum() const {
+  // The layout, then the step counter (two floats' worth) from the tail.
+  return checksum_floats(state().span().first(layout_.layout.size() + 2));
 }
 
 }  // namespace dpactor

@@ -37,7 +37,7 @@ class cpu_replica final : public replica {
   std::vector<float> export_state() const override;
   void import_state(std::span<const float> state) override;
   void copy_parameters(std::span<float> out) const override;
-  std::uint64_t parameter_checksum() const override;
+  std::uint64_t state_checksum() const override;
 
  private:
   // Copies the rows into x_ and y_; returns the row count.

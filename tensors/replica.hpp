@@ -155,8 +155,9 @@ class replica {
   virtual void import_state(std::span<const float> state) = 0;
   // Copies the parameter section only (layout().parameter_size floats).
   virtual void copy_parameters(std::span<float> out) const = 0;
-  // FNV-1a over the parameter bytes: equal replicas have equal checksums.
-  virtual std::uint64_t parameter_checksum() const = 0;
+  // FNV-1a over the bytes of the current state (parameters, every optimizer
+  // slot, the step counter): equal replicas have equal checksums.
+  virtual std::uint64_t state_checksum() const = 0;
 };
 
 std::uint64_t checksum_floats(std::span<const float> values) noexcept;

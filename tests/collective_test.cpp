@@ -8,6 +8,7 @@
 #include <cstring>
 #include <cmath>
 #include <thread>
+#include <span>
 #include <vector>
 
 #include "comms/local.hpp"
@@ -97,11 +98,90 @@ TEST(Broadcast, CopiesTheRootsBufferToEveryRank) {
   }
 }
 
+// ---- chunks, reduce-scatter and all-gather against plain references ----
+
+TEST(Chunk, PartsTileTheBufferInRankOrder) {
+  for (int ranks = 1; ranks <= 5; ++ranks) {
+    auto c = make_local_group(ranks)->endpoint(0);
+    for (const std::size_t size : {0, 1, 7, 16, 17, 100, 1000}) {
+      std::size_t next = 0;
+      for (int r = 0; r < ranks; ++r) {
+        const auto [begin, end] = c->chunk(size, r);
+        EXPECT_EQ(begin, next) << ranks << " ranks, size " << size << ", rank " << r << ": parts must be contiguous";
+        EXPECT_LE(begin, end);
+        if (end < size) EXPECT_EQ(end % 16, 0u) << "parts end on cache lines (16 floats)";
+        next = end;
+      }
+      EXPECT_EQ(next, size) << ranks << " ranks, size " << size << ": parts must cover the buffer";
+    }
+  }
+  // Past the end, a rank's part is empty: 17 floats on 4 ranks are 16 + 1 + 0 + 0.
+  auto c = make_local_group(4)->endpoint(0);
+  EXPECT_EQ(c->chunk(17, 2), (std::pair<std::size_t, std::size_t>{17, 17}));
+}
+
+TEST(ReduceScatter, EachRanksPartIsTheRankOrderSum) {
+  for (int ranks = 1; ranks <= 5; ++ranks)
+    for (const std::size_t size : {0, 1, 7, 33, 1000, 4099}) {
+      auto group = make_local_group(ranks);
+      std::vector<std::vector<float>> in(static_cast<std::size_t>(ranks), std::vector<float>(size));
+      for (int r = 0; r < ranks; ++r)
+        for (std::size_t i = 0; i < size; ++i)
+          in[static_cast<std::size_t>(r)][i] = std::sin(static_cast<float>(i * 13 + r * 101)) * static_cast<float>(1 + r * 1000);
+      std::vector<float> want = in[0];  // the reference: rank 0 + rank 1 + ... in order
+      for (int r = 1; r < ranks; ++r)
+        for (std::size_t i = 0; i < size; ++i) want[i] += in[static_cast<std::size_t>(r)][i];
+      auto out = in;
+      run_ranks(*group, [&](int r, collective& c) { c.reduce_scatter_sum(out[static_cast<std::size_t>(r)], {}); });
+      auto c = group->endpoint(0);
+      for (int r = 0; r < ranks; ++r) {
+        const auto [begin, end] = c->chunk(size, r);
+        for (std::size_t i = begin; i < end; ++i)
+          if (out[static_cast<std::size_t>(r)][i] != want[i])
+            FAIL() << ranks << " ranks, size " << size << ", rank " << r << ", first bad index " << i << ": got "
+                   << out[static_cast<std::size_t>(r)][i] << ", want " << want[i];
+      }
+    }
+}
+
+TEST(AllGather, EveryRankEndsWithEveryRanksParts) {
+  for (int ranks = 1; ranks <= 5; ++ranks)
+    for (const std::size_t size : {0, 1, 7, 33, 1000}) {
+      auto group = make_local_group(ranks);
+      // Two buffers a rank, the second one longer; rank r writes r + 1 (and
+      // -(r + 1)) into its own part of each, zero elsewhere.
+      std::vector<std::vector<float>> a(static_cast<std::size_t>(ranks), std::vector<float>(size, 0.0f));
+      std::vector<std::vector<float>> b(static_cast<std::size_t>(ranks), std::vector<float>(size + 5, 0.0f));
+      auto c = group->endpoint(0);
+      for (int r = 0; r < ranks; ++r) {
+        const auto [ab, ae] = c->chunk(size, r);
+        for (std::size_t i = ab; i < ae; ++i) a[static_cast<std::size_t>(r)][i] = static_cast<float>(r + 1);
+        const auto [bb, be] = c->chunk(size + 5, r);
+        for (std::size_t i = bb; i < be; ++i) b[static_cast<std::size_t>(r)][i] = -static_cast<float>(r + 1);
+      }
+      run_ranks(*group, [&](int r, collective& rc) {
+        const std::span<float> mine[] = {a[static_cast<std::size_t>(r)], b[static_cast<std::size_t>(r)]};
+        rc.all_gather(mine, {});
+      });
+      for (int r = 0; r < ranks; ++r)
+        for (int owner = 0; owner < ranks; ++owner) {
+          const auto [ab, ae] = c->chunk(size, owner);
+          for (std::size_t i = ab; i < ae; ++i)
+            ASSERT_EQ(a[static_cast<std::size_t>(r)][i], static_cast<float>(owner + 1))
+                << ranks << " ranks, size " << size << ": rank " << r << " lacks rank " << owner << "'s part at " << i;
+          const auto [bb, be] = c->chunk(size + 5, owner);
+          for (std::size_t i = bb; i < be; ++i)
+            ASSERT_EQ(b[static_cast<std::size_t>(r)][i], -static_cast<float>(owner + 1))
+                << ranks << " ranks, second buffer: rank " << r << " lacks rank " << owner << "'s part at " << i;
+        }
+    }
+}
+
 TEST(Abort, WakesEveryWaitingRankWithin100ms) {
   const int ranks = 4;
   auto group = make_local_group(ranks);
   std::vector<double> woke_after_ms(ranks - 1, -1.0);
-  std::vector<bool> aborted(ranks - 1, false);
+  std::vector<char> aborted(ranks - 1, 0);  // one byte per thread (vector<bool> packs them into one word: a data race)
   std::atomic<int> waiting{0};
   std::chrono::steady_clock::time_point abort_time;
   std::vector<std::thread> threads;

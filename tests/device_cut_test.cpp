@@ -49,7 +49,7 @@ class cutting_replica final : public replica {
   std::vector<float> export_state() const override { return state_; }
   void import_state(std::span<const float> s) override { std::copy(s.begin(), s.end(), state_.begin()); }
   void copy_parameters(std::span<float>) const override {}
-  std::uint64_t parameter_checksum() const override { return 0; }
+  std::uint64_t state_checksum() const override { return 0; }
 
   std::vector<std::uint32_t> trained;
 

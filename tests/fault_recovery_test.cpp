@@ -23,6 +23,7 @@ namespace fs = std::filesystem;
 
 struct recorded_run {
   run_summary summary;
+  std::shared_ptr<testing::trained_evidence> trained = std::make_shared<testing::trained_evidence>();
   std::vector<membership_event> memberships;
   std::vector<epoch_event> epochs;
   std::vector<recovery_event> recoveries;
@@ -33,6 +34,7 @@ recorded_run run(job_config c, run_options o = {}) {
   std::mutex m;
   Engine engine(std::move(c), std::move(o));
   engine.on_event([&](const event& e) {
+    r.trained->record(e);
     std::lock_guard lock(m);
     if (const auto* x = std::get_if<membership_event>(&e)) r.memberships.push_back(*x);
     if (const auto* x = std::get_if<epoch_event>(&e)) r.epochs.push_back(*x);
@@ -48,8 +50,14 @@ job_config faulty_job(int replicas, std::vector<std::string> faults) {
   job_config c = testing::small_job(replicas, 64, 1024);
   c.train.epochs = 3;
   c.train.verify_replicas = true;  // survivors and newcomers stay bitwise identical
+  c.train.record_trained = true;   // the devices' own account of what they trained
   c.faults.inject = std::move(faults);
   return c;
+}
+
+// Every epoch trained every sample exactly once, by the devices' account.
+void expect_exactly_once(const recorded_run& r, std::int64_t epochs = 3) {
+  EXPECT_EQ(r.trained->check(1024, epochs), "");
 }
 
 TEST(Faults, AFailedDeviceCostsItsStepAndNoData) {
@@ -66,6 +74,7 @@ TEST(Faults, AFailedDeviceCostsItsStepAndNoData) {
   EXPECT_GT(r.recoveries[0].requeued, 0);
   ASSERT_EQ(r.epochs.size(), 3u);
   for (const auto& e : r.epochs) EXPECT_EQ(e.samples, 1024) << "epoch " << e.epoch << ": every sample exactly once";
+  expect_exactly_once(r);
   EXPECT_GT(r.epochs[1].requeued, 0) << "the failure was in epoch 2 (steps 17-32)";
   EXPECT_EQ(r.summary.steps, 48);
   EXPECT_EQ(r.summary.membership_changes, 1);
@@ -77,6 +86,7 @@ TEST(Faults, AFailureOnTheLastStepOfAnEpochRetrainsItInThatEpoch) {
   ASSERT_EQ(r.epochs.size(), 3u);
   EXPECT_EQ(r.epochs[0].samples, 1024);
   EXPECT_EQ(r.memberships.back().members, std::vector<std::string>{"cpu:1"});
+  expect_exactly_once(r);
 }
 
 TEST(Faults, AHungDeviceIsDetectedWithinTheHangTimeout) {
@@ -93,6 +103,7 @@ TEST(Faults, AHungDeviceIsDetectedWithinTheHangTimeout) {
   EXPECT_EQ(hung->step, 9) << "the hang was in step 10";
   EXPECT_EQ(r.memberships.back().members, std::vector<std::string>{"cpu:0"});
   for (const auto& e : r.epochs) EXPECT_EQ(e.samples, 1024);
+  expect_exactly_once(r);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5)) << "the hung thread did not block shutdown";
 }
 
@@ -110,6 +121,7 @@ TEST(Faults, JoinAndLeaveTakeEffectAtTheirStepBoundaries) {
   EXPECT_TRUE(r.recoveries.empty()) << "graceful changes lose no step";
   EXPECT_EQ(r.summary.steps, 48) << "and no step is repeated";
   for (const auto& e : r.epochs) EXPECT_EQ(e.requeued, 0);
+  expect_exactly_once(r);
 }
 
 TEST(Faults, ANewcomerMatchesAJobThatHadItsMembersFromTheStart) {
@@ -178,6 +190,24 @@ TEST(Faults, CutIndicesAreTrainedLaterInTheSameEpoch) {
   EXPECT_GT(r.epochs[0].requeued, 0);
   EXPECT_GT(r.summary.cuts, 0);
   EXPECT_GT(r.summary.steps, 16) << "re-queued indices made extra steps";
+  expect_exactly_once(r, 1);
+}
+
+TEST(Faults, AReplicaThatCarriesOtherStateIntoAStepIsNamed) {
+  // perturb:1@5 flips a bit of cpu:1's first parameter before step 5. That
+  // element is rank 0's part of the update, so the step's gather would make
+  // the replicas equal again: only the state carried into the step shows it.
+  job_config c = faulty_job(2, {"perturb:1@5"});
+  try {
+    run(c);
+    FAIL() << "a corrupted replica went unnoticed";
+  } catch (const training_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("replicas diverged"), std::string::npos) << what;
+    EXPECT_NE(what.find("into step 5 "), std::string::npos) << what;
+    EXPECT_NE(what.find("cpu:0"), std::string::npos) << what;
+    EXPECT_NE(what.find("cpu:1"), std::string::npos) << what;
+  }
 }
 
 TEST(Faults, AddAndRemoveDevicesFromAnotherThread) {
@@ -224,6 +254,7 @@ TEST(Faults, AFaultEvery50StepsKeepsTheLedgerAndTheAccuracy) {
   c.train.checkpoint_dir = "";
   c.cluster.cpus = 2;
   c.straggler.policy = straggler_policy::none;
+  c.train.record_trained = true;
   const recorded_run clean = run(c);
   // One epoch is 469 steps: a device fails every 50 steps and a new one joins
   // right after, nine times over.
@@ -236,7 +267,8 @@ TEST(Faults, AFaultEvery50StepsKeepsTheLedgerAndTheAccuracy) {
   const recorded_run faulty = run(c);
   EXPECT_EQ(faulty.summary.membership_changes, 18);
   ASSERT_EQ(faulty.epochs.size(), 1u);
-  EXPECT_EQ(faulty.epochs[0].samples, 60000) << "every sample exactly once";
+  EXPECT_EQ(faulty.epochs[0].samples, 60000) << "the ledger's count";
+  EXPECT_EQ(faulty.trained->check(60000, 1), "") << "the devices' account";
   EXPECT_GT(faulty.epochs[0].requeued, 0);
   EXPECT_NEAR(faulty.summary.test_accuracy, clean.summary.test_accuracy, 0.01);
 }

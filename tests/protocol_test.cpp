@@ -67,10 +67,11 @@ TEST(Protocol, MessagesCrossASerializerUnchanged) {
   EXPECT_EQ(s.steps[0].indices, (std::vector<std::uint32_t>{5, 9, 2}));
   EXPECT_EQ(s.steps[1].step, 4);
 
-  step_record r{12, 2, 3.5, 40, 64, 99, {0.25f}, {64.0f}, {0.0f}};
+  step_record r{12, 2, 3.5, 40, 64, 99, 7, {0.25f}, {64.0f}, {0.0f}};
   const steps_done_msg d = round_trip(sys, steps_done_msg{3, 0, {r}});
   ASSERT_EQ(d.steps.size(), 1u);
   EXPECT_EQ(d.steps[0].checksum, 99u);
+  EXPECT_EQ(d.steps[0].counter, 7);
   EXPECT_EQ(d.steps[0].compute_s, std::vector<float>{0.25f});
 
   const write_checkpoint_msg w = round_trip(sys, write_checkpoint_msg{5, 1, true, {1.0f, 2.0f}, {1, 17, {3, 4}}});

@@ -157,7 +157,7 @@ class harness {
 // A record of a quiet step of `samples` on two members, as rank 0 sends it.
 step_record record_of(std::int64_t step, std::int64_t samples, std::uint64_t checksum = 0) {
   const float half = static_cast<float>(samples) / 2.0f;
-  return step_record{step, 0, 0.0, 0, samples, checksum, {0.001f, 0.001f}, {half, half}, {0.0f, 0.0f}};
+  return step_record{step, 0, 0.0, 0, samples, checksum, 0, {0.001f, 0.001f}, {half, half}, {0.0f, 0.0f}};
 }
 
 TEST(StepBook, QuietStepsCommitInOrderAndTrainEverySampleOnce) {

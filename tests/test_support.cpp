@@ -1,5 +1,7 @@
 #include "tests/test_support.hpp"
 
+#include "train/sample_digest.hpp"
+
 #include <cmath>
 
 #include <sys/wait.h>
@@ -139,6 +141,34 @@ process_result cli_process::wait() {
 }
 
 std::string cli_process::output_so_far() const { return read_text(log_); }
+
+void trained_evidence::record(const event& e) {
+  const auto* t = std::get_if<trained_event>(&e);
+  if (t == nullptr) return;
+  std::lock_guard lock(mutex_);
+  auto& [samples, digest] = epochs_[t->epoch];
+  samples += t->samples;
+  digest += t->digest;
+}
+
+std::string trained_evidence::check(std::int64_t rows, std::int64_t epochs) const {
+  std::uint64_t want = 0;
+  for (std::int64_t i = 0; i < rows; ++i) want += sample_digest(static_cast<std::uint32_t>(i));
+  std::lock_guard lock(mutex_);
+  std::string problems;
+  for (std::int64_t epoch = 0; epoch < epochs; ++epoch) {
+    const auto it = epochs_.find(epoch);
+    const std::int64_t samples = it == epochs_.end() ? 0 : it->second.first;
+    const std::uint64_t digest = it == epochs_.end() ? 0 : it->second.second;
+    if (samples != rows)
+      problems += "epoch " + std::to_string(epoch) + ": the devices trained " + std::to_string(samples) + " samples, not " +
+                  std::to_string(rows) + "; ";
+    else if (digest != want)
+      problems += "epoch " + std::to_string(epoch) + ": " + std::to_string(rows) +
+                  " samples, but not every index once (digest mismatch); ";
+  }
+  return problems;
+}
 
 process_result run_cli(const std::vector<std::string>& args, const fs::path& cwd) { return cli_process(args, cwd).wait(); }
 

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -59,6 +61,22 @@ class cli_process {
  private:
   int pid_ = -1;
   std::filesystem::path log_;
+};
+
+// The independent evidence of exactly-once: what the devices say they trained
+// (trained_event, train.record_trained), not what the ledger counted. Feed it
+// every event; check() compares each epoch with the training set.
+class trained_evidence {
+ public:
+  void record(const event& e);
+  // Epochs [0, epochs) each trained every index of [0, rows) exactly once:
+  // the samples add up to `rows` and the digests to the digest of every index.
+  // Returns "" or what is wrong, per epoch.
+  std::string check(std::int64_t rows, std::int64_t epochs) const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::int64_t, std::pair<std::int64_t, std::uint64_t>> epochs_;  // epoch -> (samples, digest)
 };
 
 // Runs the dpactor program with `args`, in `cwd`, and waits for it.

@@ -38,6 +38,11 @@ json to_json(const recovery_event& e) {
 
 json to_json(const checkpoint_event& e) { return {{"event", "checkpoint"}, {"step", e.step}, {"path", e.path}}; }
 
+json to_json(const trained_event& e) {
+  return {{"event", "trained"}, {"device", e.device}, {"step", e.step + 1},   {"epoch", e.epoch},
+          {"samples", e.samples}, {"digest", e.digest}};
+}
+
 }  // namespace
 
 json to_json(const event& e) {

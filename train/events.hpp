@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tensors/json.hpp"
+#include "train/sample_digest.hpp"
 
 namespace dpactor {
 
@@ -62,7 +63,20 @@ struct checkpoint_event {
   std::string path;
 };
 
-using event = std::variant<step_event, epoch_event, membership_event, recovery_event, checkpoint_event>;
+// What one device trained in one step it applied, reported by the device
+// itself when train.record_trained is on: evidence of exactly-once that does
+// not come from the ledger that keeps it. Over an epoch the samples of every
+// device's reports add up to the training set's size, and their digests to
+// the digest of every index, when each sample was trained exactly once.
+struct trained_event {
+  std::string device;
+  std::int64_t step = 0;    // 0-based step
+  std::int64_t epoch = 0;
+  std::int64_t samples = 0;
+  std::uint64_t digest = 0;  // the sum, mod 2^64, of sample_digest(i) over the indices trained
+};
+
+using event = std::variant<step_event, epoch_event, membership_event, recovery_event, checkpoint_event, trained_event>;
 
 struct run_summary {
   double test_accuracy = 0.0;

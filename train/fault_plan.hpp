@@ -7,6 +7,8 @@
 //   jitter:R:P:MS   each step, with probability P (seeded), device R takes MS ms longer
 //   leave:R@S       device R leaves gracefully before step S
 //   join:cpu@S      a new CPU device joins before step S
+//   perturb:R@S     device R's state is corrupted (a bit flips) before step S:
+//                   for tests of train.verify_replicas
 // R is a device number (cpu:R), stable across generations; S counts optimizer
 // steps from 1, as step records do.
 
@@ -16,7 +18,7 @@
 
 namespace dpactor {
 
-enum class fault_kind { fail, hang, slow, jitter, leave, join };
+enum class fault_kind { fail, hang, slow, jitter, leave, join, perturb };
 
 struct fault_spec {
   fault_kind kind = fault_kind::fail;
@@ -32,7 +34,7 @@ struct fault_spec {
 fault_spec parse_fault_spec(const std::string& text);
 std::vector<fault_spec> parse_fault_specs(const std::vector<std::string>& texts);
 
-// Faults that act inside a device's steps (fail, hang, slow, jitter).
+// Faults that act inside a device's steps (fail, hang, slow, jitter, perturb).
 bool is_device_fault(const fault_spec& f) noexcept;
 
 }  // namespace dpactor

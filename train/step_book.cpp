@@ -47,8 +47,13 @@ void step_book::record(std::int32_t rank, step_record&& rec) {
     t.member_returned = std::move(rec.member_returned);
   }
   if (setup_.verify_replicas) {
-    if (t.reported == 0) t.checksum = rec.checksum;
-    else if (*t.checksum != rec.checksum) t.checksums_differ = true;
+    if (!t.checksum) {
+      t.checksum = rec.checksum;
+      t.counter = rec.counter;
+      t.first_rank = rank;
+    } else if (!t.differs && (*t.checksum != rec.checksum || t.counter != rec.counter)) {
+      t.differs = rank;
+    }
   }
   ++t.reported;
 }
@@ -81,9 +86,11 @@ step_commit step_book::commit_ready(std::size_t members, clock::time_point now) 
     const step_tally& t = node.mapped();
     for (std::size_t r = 0; r < members && r < t.compute_s.size(); ++r)
       throughput_.record(r, static_cast<std::int64_t>(t.member_samples[r]), t.compute_s[r]);
-    if (setup_.verify_replicas && t.checksums_differ)
-      throw training_error("replicas diverged after step " + std::to_string(node.key() + 1) +
-                           ": parameter checksums differ between members (train.verify_replicas)");
+    if (setup_.verify_replicas && t.differs)
+      throw replicas_diverged(node.key(), t.first_rank, *t.differs,
+                              "replicas diverged: ranks " + std::to_string(t.first_rank) + " and " +
+                                  std::to_string(*t.differs) + " carried different state into step " +
+                                  std::to_string(node.key() + 1) + " (train.verify_replicas)");
     account(node.key(), std::move(node.mapped()), commit, now);
     // The first step a new generation commits after a fault.
     if (fault_time_) {

@@ -21,6 +21,7 @@
 #include <span>
 #include <vector>
 
+#include "tensors/error.hpp"
 #include "tensors/lr_schedule.hpp"
 #include "tensors/mlp.hpp"
 #include "train/events.hpp"
@@ -28,6 +29,15 @@
 #include "train/straggler.hpp"
 
 namespace dpactor {
+
+// train.verify_replicas found two members that carried different state or
+// step counters into a step.
+struct replicas_diverged : training_error {
+  replicas_diverged(std::int64_t step, std::int32_t rank, std::int32_t other, const std::string& what)
+      : training_error(what), step(step), rank(rank), other(other) {}
+  std::int64_t step;  // 0-based
+  std::int32_t rank, other;
+};
 
 struct step_book_setup {
   lr_schedule schedule;
@@ -81,7 +91,8 @@ class step_book {
   // A cut member's untouched indices of `step`.
   void cut(std::int64_t step, std::int32_t rank, std::span<const std::uint32_t> returned);
   // Commits the complete steps that follow committed(), in order. Throws
-  // training_error if members' checksums differ (verify_replicas).
+  // replicas_diverged if two members carried different state into a step
+  // (verify_replicas).
   step_commit commit_ready(std::size_t members, clock::time_point now);
   // After a fault: the state source holds every step up to `through`,
   // complete or not; they are committed as they stand and everything in
@@ -106,8 +117,12 @@ class step_book {
     std::int32_t reported = 0;
     std::int64_t epoch = 0;
     batch_stats stats;                     // the step's, over all members
+    // train.verify_replicas: what the first member to report carried into
+    // the step, and the first member that carried something else.
     std::optional<std::uint64_t> checksum;
-    bool checksums_differ = false;
+    std::int64_t counter = 0;
+    std::int32_t first_rank = 0;
+    std::optional<std::int32_t> differs;
     bool stats_known = false;              // loss, counts and times came in (from rank 0)
     std::set<std::int32_t> cut;            // ranks whose cut report is in
     std::vector<std::uint32_t> returned;   // cut indices of all members

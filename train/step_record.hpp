@@ -13,7 +13,11 @@ struct step_record {
   double loss_sum = 0.0;       // the step's, over all members
   std::int64_t correct = 0;    // likewise
   std::int64_t samples = 0;    // likewise
-  std::uint64_t checksum = 0;  // of the reporting member's parameters, when train.verify_replicas
+  // train.verify_replicas: the reporting member's state checksum and step
+  // counter as it carried them into the step (before the step's gather could
+  // make them equal).
+  std::uint64_t checksum = 0;
+  std::int64_t counter = 0;
   std::vector<float> compute_s;        // per member, rank order
   std::vector<float> member_samples;   // per member
   std::vector<float> member_returned;  // per member: indices returned by a cut

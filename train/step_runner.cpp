@@ -1,5 +1,7 @@
 #include "train/step_runner.hpp"
 
+#include "train/sample_digest.hpp"
+
 #include <sys/prctl.h>
 
 #include <algorithm>
@@ -120,8 +122,9 @@ step_runner::computed step_runner::compute_slices(const step_shard& shard, repli
     const std::size_t buffer = free_.back();
     free_.pop_back();
     const std::size_t at = slice * shard.slice_rows;
-    c.stats += model.accumulate_slice(train.batch(rows.subspan(at, std::min<std::size_t>(shard.slice_rows, rows.size() - at))),
-                                      buffers_[buffer]);
+    const auto slice_rows = rows.subspan(at, std::min<std::size_t>(shard.slice_rows, rows.size() - at));
+    c.stats += model.accumulate_slice(train.batch(slice_rows), buffers_[buffer]);
+    c.digest += sample_digest(slice_rows);
     builder_.add_leaf(slice, buffer, buffers_, free_);
     if (slow != nullptr) injected_delay(control, shard.step, (slow->factor - 1.0) * seconds_since(start));
   };
@@ -158,6 +161,7 @@ step_runner::computed step_runner::compute(const step_shard& shard, replica& mod
     const bool last = c.done + slice.size() == rows.size();
     if (!last) model.prefetch(train.batch(slice_at(c.done + slice.size())));  // See Note [Data on the GPU]
     c.stats += model.accumulate(train.batch(slice), overlap && last ? &starter_ : nullptr);
+    c.digest += sample_digest(slice);
     c.done += slice.size();
     if (slow != nullptr) injected_delay(control, shard.step, (slow->factor - 1.0) * seconds_since(start));
   }

@@ -48,6 +48,7 @@ class step_runner {
     batch_stats stats;
     std::size_t done = 0;  // indices processed; the rest of the shard was cut
     bool sliced = false;   // by compute_slices (reproducible mode)
+    std::uint64_t digest = 0;  // sample_digest of the indices trained (See trained_event)
     double compute_s = 0.0;
     clock::time_point start;
     collective* overlapped = nullptr;  // the endpoint whose buckets compute() started
@@ -59,6 +60,8 @@ class step_runner {
               double late_floor_s, bucket_limits buckets = {});
 
   void add_fault(const fault_spec& f) { faults_.push_back(f); }
+  // Whether fault perturb:R@S names this device and `step` (0-based).
+  bool perturbs(std::int64_t step) const { return !faults_.empty() && find_fault(fault_kind::perturb, step + 1); }
 
   // Forward and backward over the shard. Throws injected_failure. With a
   // `comm` that overlaps compute, the gradient buckets' reductions start

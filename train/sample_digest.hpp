@@ -1,0 +1,25 @@
+#pragma once
+// A sample index's 64-bit hash (splitmix64). The sum, mod 2^64, of the hashes
+// of a set of indices tells sets apart whatever the order: two sets with the
+// same count and sum are, for any practical purpose, the same set. Devices
+// report it for what they trained (trained_event); tests add it up.
+
+#include <cstdint>
+#include <span>
+
+namespace dpactor {
+
+constexpr std::uint64_t sample_digest(std::uint32_t index) noexcept {
+  std::uint64_t z = index + 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+constexpr std::uint64_t sample_digest(std::span<const std::uint32_t> indices) noexcept {
+  std::uint64_t sum = 0;
+  for (const auto i : indices) sum += sample_digest(i);
+  return sum;
+}
+
+}  // namespace dpactor

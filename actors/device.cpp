@@ -88,6 +88,9 @@ void late_reporter::on_late(std::span<const int> missing_ranks) {
 
 device_actor::behavior_type device_behavior(device_ptr self, std::shared_ptr<device_setup> setup) {
   flush_denormals_to_zero();  // a detached actor is initialised on its own thread
+  // Exceptions outside a step (whose own are reported as failures) end the
+  // device with their message; the reducer treats that as a failure too.
+  self->set_exception_handler([](std::exception_ptr& x) { return error_of(x); });
   self->state.setup = std::move(setup);
   self->state.late.self = self;
   const auto& s = *self->state.setup;

@@ -148,8 +148,10 @@ void Engine::start() {
   rs.cuts = cuts_enabled(config);
   rs.min_devices = config.cluster.min_devices;
   rs.hang_timeout_s = config.cluster.hang_timeout_s;
-  for (const auto& f : plan->faults)
-    if (!is_device_fault(f)) rs.membership_faults.push_back(f);
+  for (const auto& f : plan->faults) {
+    if (f.kind == fault_kind::join || f.kind == fault_kind::leave) rs.membership_faults.push_back(f);
+    if (f.kind == fault_kind::crash && f.target == crash_target::reducer) rs.crash_at = f.step - 1;
+  }
   rs.started = m.started;
   const reducer_actor reducer = system->spawn(reducer_behavior, std::move(rs));
 

@@ -142,6 +142,8 @@ loader_setup make_loader_setup(const job_config& config, const launch_plan& plan
     ls.steal_slices = policy == straggler_policy::cut || policy == straggler_policy::balance_cut;
   }
   ls.start_step = plan.start_step;
+  for (const auto& f : plan.faults)
+    if (f.kind == fault_kind::crash && f.target == crash_target::loader) ls.crash_at = f.step - 1;
   ls.resume_position = plan.resume_position;
   return ls;
 }

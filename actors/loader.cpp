@@ -1,6 +1,8 @@
 #include "actors/loader.hpp"
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
 #include "train/straggler.hpp"
 
@@ -119,6 +121,8 @@ void issue_message(loader_ptr self) {
   std::optional<std::int64_t> snapshot_step;
   for (std::int64_t i = 0; i < st.steps_per_message && may_issue(st) && !snapshot_step; ++i) {
     const std::int64_t step = st.next_step++;
+    if (st.setup.crash_at == step)
+      throw std::runtime_error("injected crash (fault spec crash:loader@" + std::to_string(step + 1) + ")");
     const auto indices = st.issued->issue(step, static_cast<std::size_t>(st.setup.batch_size));
     const std::int64_t epoch = st.issued->ledger().epoch();
     const std::size_t rotation = static_cast<std::size_t>(step) % members.size();
@@ -140,7 +144,7 @@ void issue_message(loader_ptr self) {
       std::size_t begin = 0;
       for (std::size_t r = 0; r < members.size(); ++r) {
         const auto part = indices.subspan(begin, sizes[r]);
-        out[r].steps.push_back(step_shard{step, epoch, {part.begin(), part.end()}});
+        out[r].steps.push_back(step_shard{step, epoch, {part.begin(), part.end()}, 0, 0, 0, nullptr});
         begin += sizes[r];
       }
     }
@@ -219,6 +223,9 @@ void roll_back(loader_ptr self, const rollback_msg& msg) {
 loader_actor::behavior_type loader_behavior(loader_ptr self, loader_setup setup) {
   auto& st = self->state;
   st.setup = std::move(setup);
+  // An exception (a broken exactly-once invariant, ledger_error) ends the
+  // loader with its message; the reducer, which monitors it, ends the run.
+  self->set_exception_handler([](std::exception_ptr& x) { return error_of(x); });
   st.issued.emplace(st.setup.train_rows, st.setup.seed, st.setup.shuffle);
   st.next_step = st.setup.start_step;
   st.committed_step = st.setup.start_step - 1;

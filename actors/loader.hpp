@@ -55,6 +55,7 @@ struct loader_setup {
   std::int64_t start_step = 0;       // steps already trained (resume)
   std::uint32_t slice_rows = 0;      // reproducible mode: the slice size (See Note [Stealing slices])
   bool steal_slices = false;         // ... and whether members steal them
+  std::optional<std::int64_t> crash_at;  // fault spec crash:loader@S: throw as this step is issued
   std::optional<ledger_position> resume_position;
 };
 

@@ -485,6 +485,11 @@ struct params_request {
   std::shared_ptr<std::promise<params_reply>> reply;
 };
 
+// What an exception thrown by a handler becomes: the actor ends with an
+// error that carries the exception's message, so that whoever monitors it
+// learns why (CAF's default handler drops the message).
+caf::error error_of(const std::exception_ptr& x);
+
 // Registers the types of the block below with the actor system's config.
 void register_message_types(caf::actor_system_config& config);
 

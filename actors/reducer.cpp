@@ -80,6 +80,8 @@ void commit_ready_steps(reducer_ptr self) {
                        std::to_string(e.step + 1) + " than " + name(e.rank) + " (train.verify_replicas)")));
     return;
   }
+  if (st.setup.crash_at && before < *st.setup.crash_at && st.book->committed() >= *st.setup.crash_at)
+    throw std::runtime_error("injected crash (fault spec crash:reducer@" + std::to_string(*st.setup.crash_at + 1) + ")");
   if (st.book->committed() > before)
     self->send(st.setup.loader, committed_msg{st.plan.generation, commit.through, std::move(commit.returned)});
   update_shares(self);
@@ -124,6 +126,8 @@ void start(reducer_ptr self) {
       spdlog::info("recovered: step {} committed {:.1f} ms after the fault", r->step, r->recovery_ms);
     control->emit(e);
   }, clock_type::now());
+  self->monitor(st.setup.loader);
+  if (st.setup.writer) self->monitor(st.setup.writer);
   st.plan.generation = -1;
   form_generation(self, 0);
   request_graceful_change(self);  // planned joins and leaves, if any
@@ -166,9 +170,22 @@ void fail_run(reducer_ptr self, std::exception_ptr error) {
 
 reducer_actor::behavior_type reducer_behavior(reducer_ptr self, reducer_setup setup) {
   self->state.setup = std::move(setup);
+  // An exception here is a bug: the run ends with it, never hangs.
+  self->set_exception_handler([self](std::exception_ptr& x) {
+    const caf::error e = error_of(x);
+    fail_run(self, std::make_exception_ptr(error(error_kind::internal, "the reducer failed: " + caf::to_string(e))));
+    return e;
+  });
   self->set_down_handler([self](const caf::down_msg& msg) {
     auto& st = self->state;
     if (st.failed || st.setup.control->done()) return;
+    for (const auto& [actor, name] : {std::pair{st.setup.loader.address(), "loader"},
+                                      std::pair{st.setup.writer.address(), "checkpoint writer"}})
+      if (actor && msg.source == actor) {
+        fail_run(self, std::make_exception_ptr(error(error_kind::internal, std::string("the ") + name +
+                                                                               " failed: " + caf::to_string(msg.reason))));
+        return;
+      }
     for (const auto& [id, h] : st.devices)
       if (h.actor.address() == msg.source)
         if (const auto rank = st.members->rank_of(id)) handle_fault(self, *rank, "exited: " + caf::to_string(msg.reason));
@@ -275,7 +292,9 @@ reducer_actor::behavior_type reducer_behavior(reducer_ptr self, reducer_setup se
       [self](const inject_msg& msg) {
         auto& st = self->state;
         const fault_spec f = parse_fault_spec(msg.spec);
-        if (!is_device_fault(f)) {
+        if (f.kind == fault_kind::crash) {
+          spdlog::warn("{}: crash specs act only when given at the start (--inject, [faults] inject)", msg.spec);
+        } else if (!is_device_fault(f)) {
           st.members->plan(f);
           request_graceful_change(self);
         } else if (const auto rank = st.members->rank_of(f.device)) {

@@ -67,6 +67,7 @@ struct reducer_setup {
   std::int64_t min_devices = 1;
   double hang_timeout_s = 0.0;  // 0 = automatic
   std::vector<fault_spec> membership_faults;  // leave and join specs
+  std::optional<std::int64_t> crash_at;       // fault spec crash:reducer@S: throw as this step commits
   std::chrono::steady_clock::time_point started;
 };
 

@@ -86,7 +86,7 @@ TEST(DeviceCut, ReturnsExactlyTheUntouchedIndices) {
   group_ticket ticket{"local", 0, "", make_local_group(1)};
   self->send(device, begin_generation_msg{0, caf::actor_cast<reducer_actor>(self), 0, 1, 0, ticket});
   const std::vector<std::uint32_t> shard{11, 3, 7, 19, 0, 5, 2};
-  self->send(device, shard_msg{0, {step_shard{3, 0, shard}}});
+  self->send(device, shard_msg{0, {step_shard{3, 0, shard, 0, 0, 0, nullptr}}});
 
   shard_cut_msg cut;
   self->receive([&](shard_cut_msg& m) { cut = std::move(m); });

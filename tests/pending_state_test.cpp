@@ -52,7 +52,7 @@ TEST(PendingState, AnAbortBetweenUpdateAndGatherLeavesTheStateUntouched) {
   auto comm = group->endpoint(0);
   std::vector<std::uint32_t> rows(32);
   for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<std::uint32_t>(i * 3);
-  const auto c = runner.compute(step_shard{0, 0, rows}, model, data, control, *group);
+  const auto c = runner.compute(step_shard{0, 0, rows, 0, 0, 0, nullptr}, model, data, control, *group);
   std::thread aborter([&] {
     while (!rank1_done) std::this_thread::yield();
     group->abort();  // rank 0 is in (or about to enter) the all-gather

@@ -60,7 +60,7 @@ TEST(Protocol, MessagesCrossASerializerUnchanged) {
   caf::actor_system_config cfg;
   register_message_types(cfg);
   caf::actor_system sys{cfg};
-  const shard_msg shards{7, {step_shard{3, 1, {5, 9, 2}}, step_shard{4, 1, {}}}};
+  const shard_msg shards{7, {step_shard{3, 1, {5, 9, 2}, 0, 0, 0, nullptr}, step_shard{4, 1, {}, 0, 0, 0, nullptr}}};
   const shard_msg s = round_trip(sys, shards);
   EXPECT_EQ(s.generation, 7);
   ASSERT_EQ(s.steps.size(), 2u);

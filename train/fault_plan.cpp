@@ -9,7 +9,8 @@ namespace {
 
 [[noreturn]] void bad(const std::string& text, const std::string& why) {
   throw config_error("fault spec '" + text + "': " + why +
-                     " (forms: fail:R@S, hang:R@S, slow:R:F[@S], jitter:R:P:MS, leave:R@S, join:cpu@S, perturb:R@S)");
+                     " (forms: fail:R@S, hang:R@S, slow:R:F[@S], jitter:R:P:MS, leave:R@S, join:cpu@S, perturb:R@S, "
+                     "crash:loader@S, crash:reducer@S)");
 }
 
 template <class T>
@@ -54,6 +55,14 @@ fault_spec parse_fault_spec(const std::string& text) {
     need(2, true);
     if (parts[1] != "cpu") bad(text, "only CPU devices can join for now: join:cpu@S");
     f.kind = fault_kind::join;
+    f.device = -1;
+    return f;
+  }
+  if (kind == "crash") {
+    need(2, true);
+    if (parts[1] != "loader" && parts[1] != "reducer") bad(text, "crash:loader@S or crash:reducer@S");
+    f.kind = fault_kind::crash;
+    f.target = parts[1] == "loader" ? crash_target::loader : crash_target::reducer;
     f.device = -1;
     return f;
   }

@@ -9,6 +9,9 @@
 //   join:cpu@S      a new CPU device joins before step S
 //   perturb:R@S     device R's state is corrupted (a bit flips) before step S:
 //                   for tests of train.verify_replicas
+//   crash:loader@S  the loader throws as it issues step S, crash:reducer@S the
+//                   reducer as it commits step S: for tests that an exception
+//                   in any actor ends the run
 // R is a device number (cpu:R), stable across generations; S counts optimizer
 // steps from 1, as step records do.
 
@@ -18,7 +21,10 @@
 
 namespace dpactor {
 
-enum class fault_kind { fail, hang, slow, jitter, leave, join, perturb };
+enum class fault_kind { fail, hang, slow, jitter, leave, join, perturb, crash };
+
+// What crash:A@S brings down.
+enum class crash_target { loader, reducer };
 
 struct fault_spec {
   fault_kind kind = fault_kind::fail;
@@ -27,6 +33,7 @@ struct fault_spec {
   double factor = 1.0;      // slow
   double probability = 0.0; // jitter
   double delay_ms = 0.0;    // jitter
+  crash_target target = crash_target::loader;  // crash
   std::string text;         // as written, for messages
 };
 

@@ -1,0 +1,69 @@
+// An exception in any actor ends the run, never hangs it: a test-only throw
+// in the loader, the reducer and a device each makes Engine::wait() return
+// an error that names the actor, within seconds, and the program exit with a
+// non-zero code.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "actors/engine.hpp"
+#include "tests/test_support.hpp"
+
+namespace dpactor {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+// Runs a small job with `fault`; returns the error's message and how long the run took.
+std::pair<std::string, double> failing_run(int replicas, const std::string& fault, error_kind expected) {
+  job_config c = testing::small_job(replicas, 32, 1024);
+  c.train.epochs = 100;
+  c.faults.inject = {fault};
+  const auto start = clock_type::now();
+  std::string what;
+  try {
+    Engine engine(c);
+    engine.start();
+    engine.wait();
+    ADD_FAILURE() << fault << ": the run completed";
+  } catch (const error& e) {
+    EXPECT_EQ(e.kind(), expected) << e.what();
+    what = e.what();
+  }
+  return {what, std::chrono::duration<double>(clock_type::now() - start).count()};
+}
+
+TEST(ActorFailure, AThrowInTheLoaderEndsTheRunNamingIt) {
+  const auto [what, seconds] = failing_run(2, "crash:loader@5", error_kind::internal);
+  EXPECT_NE(what.find("the loader failed"), std::string::npos) << what;
+  EXPECT_NE(what.find("crash:loader@5"), std::string::npos) << what;
+  EXPECT_LT(seconds, 10.0);
+}
+
+TEST(ActorFailure, AThrowInTheReducerEndsTheRunNamingIt) {
+  const auto [what, seconds] = failing_run(2, "crash:reducer@5", error_kind::internal);
+  EXPECT_NE(what.find("the reducer failed"), std::string::npos) << what;
+  EXPECT_NE(what.find("crash:reducer@5"), std::string::npos) << what;
+  EXPECT_LT(seconds, 10.0);
+}
+
+TEST(ActorFailure, AThrowInTheOnlyDeviceEndsTheRunNamingIt) {
+  // With others left the run would go on without it (a fault, not an end).
+  const auto [what, seconds] = failing_run(1, "fail:0@5", error_kind::training);
+  EXPECT_NE(what.find("cpu:0 failed: injected failure"), std::string::npos) << what;
+  EXPECT_LT(seconds, 10.0);
+}
+
+TEST(ActorFailure, TheProgramExitsWithTheInternalErrorCode) {
+  testing::scratch_dir dir;
+  testing::write_text(dir / "job.cfg",
+                      "[data]\nformat = \"synthetic\"\nsynthetic_train = 512\nsynthetic_test = 64\n"
+                      "[model]\nlayers = [32, 8, 4]\n[train]\nepochs = 50\nbatch_size = 32\ncheckpoint_dir = \"\"\n");
+  const auto r = testing::run_cli({"--model", "job.cfg", "--cpus", "2", "--inject", "crash:loader@3"}, dir.path());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("the loader failed"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace dpactor

@@ -79,6 +79,9 @@ void commit_ready_steps(reducer_ptr self) {
                        "replicas diverged: " + name(e.other) + " carried a different state or step counter into step " +
                        std::to_string(e.step + 1) + " than " + name(e.rank) + " (train.verify_replicas)")));
     return;
+  } catch (const training_error&) {  // a non-finite loss
+    fail_run(self, std::current_exception());
+    return;
   }
   if (st.setup.crash_at && before < *st.setup.crash_at && st.book->committed() >= *st.setup.crash_at)
     throw std::runtime_error("injected crash (fault spec crash:reducer@" + std::to_string(*st.setup.crash_at + 1) + ")");

@@ -210,6 +210,19 @@ TEST(Faults, AReplicaThatCarriesOtherStateIntoAStepIsNamed) {
   }
 }
 
+TEST(Numerics, ADivergingRunStopsAtTheFirstNonFiniteLossNamingTheStep) {
+  job_config c = faulty_job(2, {});
+  c.optimizer.lr = 1e6;
+  try {
+    run(c);
+    FAIL() << "a run with lr = 1e6 ended without an error";
+  } catch (const training_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("the loss is not finite"), std::string::npos) << what;
+    EXPECT_EQ(what.rfind("step ", 0), 0u) << "names the step first: " << what;
+  }
+}
+
 TEST(Faults, AddAndRemoveDevicesFromAnotherThread) {
   job_config c = testing::small_job(2, 32, 4096);
   c.train.epochs = 1000;

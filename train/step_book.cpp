@@ -1,6 +1,7 @@
 #include "train/step_book.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <string>
 
@@ -86,6 +87,12 @@ step_commit step_book::commit_ready(std::size_t members, clock::time_point now) 
     const step_tally& t = node.mapped();
     for (std::size_t r = 0; r < members && r < t.compute_s.size(); ++r)
       throughput_.record(r, static_cast<std::int64_t>(t.member_samples[r]), t.compute_s[r]);
+    // A non-finite loss means non-finite gradients: this step's update has
+    // poisoned the parameters. Stop before it is committed or checkpointed.
+    if (!std::isfinite(t.stats.loss_sum))
+      throw training_error("step " + std::to_string(node.key() + 1) + ": the loss is not finite (" +
+                           std::to_string(t.stats.loss_sum) + "): training diverged; lower optimizer.lr, or "
+                           "resume from the last checkpoint, which is unaffected");
     if (setup_.verify_replicas && t.differs)
       throw replicas_diverged(node.key(), t.first_rank, *t.differs,
                               "replicas diverged: ranks " + std::to_string(t.first_rank) + " and " +

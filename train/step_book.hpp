@@ -92,7 +92,7 @@ class step_book {
   void cut(std::int64_t step, std::int32_t rank, std::span<const std::uint32_t> returned);
   // Commits the complete steps that follow committed(), in order. Throws
   // replicas_diverged if two members carried different state into a step
-  // (verify_replicas).
+  // (verify_replicas), training_error if a step's loss is not finite.
   step_commit commit_ready(std::size_t members, clock::time_point now);
   // After a fault: the state source holds every step up to `through`,
   // complete or not; they are committed as they stand and everything in

@@ -1,0 +1,76 @@
+// The engine against a plain reference computed here, not against itself:
+// each step is params - lr_s x (sum of per-sample gradients / batch), with
+// lr_s the schedule's rate at that step and the batch the sampler's next
+// samples. Comparing runs of the engine with each other hides any error all
+// of them share (a schedule one step off, a wrong divisor).
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "actors/engine.hpp"
+#include "data/loading.hpp"
+#include "data/sampler.hpp"
+#include "tensors/gemm.hpp"
+#include "tensors/mlp.hpp"
+#include "tensors/safetensors.hpp"
+#include "tests/test_support.hpp"
+
+namespace dpactor {
+namespace {
+
+TEST(ReferenceStep, FiveEngineStepsFollowPlainSgdAtTheSchedulesRates) {
+  testing::scratch_dir dir;
+  job_config c = testing::small_job(2, 64, 1024);  // 16 steps an epoch: the five are in epoch 0
+  c.optimizer.momentum = 0.0;  // plain SGD: the reference is one line
+  c.optimizer.lr = 0.2;
+  c.schedule.kind = schedule_kind::step;  // the rate halves every step: an off-by-one shows
+  c.schedule.step_size = 1;
+  c.schedule.gamma = 0.5;
+  c.train.max_steps = 5;
+  c.train.epochs = 10;
+  c.train.checkpoint_dir = (dir / "ckpt").string();
+  Engine engine(c);
+  engine.start();
+  const run_summary s = engine.wait();
+  ASSERT_EQ(s.steps, 5);
+
+  // The reference: one MLP over each whole batch, in the sampler's order, at
+  // the rate of step s + shift.
+  set_blas_threads(1);
+  const train_test_data data = load_data(c.data, c.model.inputs(), c.model.outputs());
+  mlp model(c.model, 64);
+  const auto order = epoch_order(data.train->rows, static_cast<std::uint64_t>(c.train.seed), 0, c.train.shuffle);
+  const auto reference = [&](int shift) {
+    std::vector<float> params(model.layout().size(), 0.0f), grads(model.layout().size());
+    init_mlp_parameters(c.model, params, static_cast<std::uint64_t>(c.train.seed));
+    std::vector<float> x(64 * static_cast<std::size_t>(c.model.inputs()));
+    std::vector<std::int32_t> y(64);
+    for (int step = 0; step < 5; ++step) {
+      const std::span<const std::uint32_t> rows(order.data() + step * 64, 64);
+      const batch_ref batch = data.train->batch(rows);
+      for (std::size_t i = 0; i < rows.size(); ++i) {
+        std::copy_n(batch.features + rows[i] * batch.feature_count, batch.feature_count, x.data() + i * batch.feature_count);
+        y[i] = batch.labels[rows[i]];
+      }
+      model.forward_backward(params.data(), grads.data(), x.data(), y.data(), 64, /*overwrite=*/true);
+      const double lr = 0.2 * std::pow(0.5, step + shift);
+      for (std::size_t i = 0; i < params.size(); ++i) params[i] -= static_cast<float>(lr * grads[i] / 64.0);
+    }
+    std::vector<float> out;  // in the checkpoint's tensor order
+    for (const auto& t : model.layout().tensors())
+      out.insert(out.end(), params.begin() + static_cast<std::ptrdiff_t>(t.offset),
+                 params.begin() + static_cast<std::ptrdiff_t>(t.offset + t.numel()));
+    return out;
+  };
+
+  const auto file = load_safetensors(std::filesystem::path(s.checkpoint) / "model.safetensors");
+  std::vector<float> engine_params;
+  for (const auto& t : file.tensors) engine_params.insert(engine_params.end(), t.values.begin(), t.values.end());
+  EXPECT_LE(testing::relative_difference(engine_params, reference(0)), 1e-5);
+  EXPECT_GT(testing::relative_difference(engine_params, reference(1)), 1e-3) << "the comparison can tell a schedule one step off";
+}
+
+}  // namespace
+}  // namespace dpactor

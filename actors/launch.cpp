@@ -63,6 +63,10 @@ launch_plan prepare_launch(const job_config& config, const run_options& options,
     for (const auto& f : plan.faults)
       if (f.kind == fault_kind::join)
         throw config_error(f.text + ": a CPU device cannot join a job on GPUs (NCCL groups GPU ranks only)");
+  if (config.cluster.min_devices > replicas)
+    throw config_error(config.source + ": cluster.min_devices = " + std::to_string(config.cluster.min_devices) +
+                       " but the run starts with " + std::to_string(replicas) + " replica" + (replicas == 1 ? "" : "s") +
+                       " (--cpus, --gpus, cluster.cpus): it could never train");
   plan.data = load_data(config.data, config.model.inputs(), config.model.outputs());
   plan.replicas = replicas;
   // A reproducible run pins one thread per replica (See Note [Summation tree]).

@@ -230,7 +230,8 @@ const std::vector<key_spec>& keys() {
     b.floating("min_lr", [](job_config& c) -> double& { return c.schedule.min_lr; }, 0.0, false,
                "schedule = \"cosine\": final learning rate.");
     b.integer("total_steps", [](job_config& c) -> std::int64_t& { return c.schedule.total_steps; }, 0,
-              "schedule = \"cosine\": steps until min_lr; 0 = the run's length (epochs or max_steps).");
+              "schedule = \"cosine\": steps until min_lr; 0 = the run's nominal length (epochs or max_steps). "
+              "Without train.reproducible, the steps that cuts add at the end of an epoch run past it, at min_lr.");
 
     b.section = "train";
     b.integer("epochs", [](job_config& c) -> std::int64_t& { return c.train.epochs; }, 1, "Passes over the training set.");
@@ -303,7 +304,8 @@ const std::vector<key_spec>& keys() {
               "OpenBLAS threads per CPU replica (0 = cores / replicas, at least 1; always 1 with "
               "train.reproducible).", 1024);
     b.integer("min_devices", [](job_config& c) -> std::int64_t& { return c.cluster.min_devices; }, 1,
-              "Fewest replicas to train on; below it the engine checkpoints and stops with an error.");
+              "Fewest replicas to train on: a run that starts with fewer is refused, and one that falls below it "
+              "checkpoints and stops with an error.");
     b.floating("hang_timeout_s", [](job_config& c) -> double& { return c.cluster.hang_timeout_s; }, 0.0, false,
                "A member that reports nothing for this long while it has work is declared hung and removed "
                "(0 = max(1 s, 20 x the median step time)).");

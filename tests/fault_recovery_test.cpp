@@ -177,6 +177,19 @@ TEST(Faults, FallingBelowMinDevicesStops) {
   EXPECT_TRUE(fs::exists(dir / "ckpt" / "step-00000004"));
 }
 
+TEST(Faults, MinDevicesAboveTheReplicasIsRefusedAtStart) {
+  job_config c = faulty_job(2, {});
+  c.cluster.min_devices = 3;
+  Engine engine(c);
+  try {
+    engine.start();
+    FAIL() << "a run that could never train was started";
+  } catch (const config_error& e) {
+    EXPECT_NE(std::string(e.what()).find("cluster.min_devices = 3 but the run starts with 2 replicas"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Faults, CutIndicesAreTrainedLaterInTheSameEpoch) {
   // cpu:1 is delayed 30 ms on every step: far past any deadline, so it is cut
   // every time and its indices go to later steps of the same epoch.

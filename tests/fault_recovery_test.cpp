@@ -190,6 +190,36 @@ TEST(Faults, MinDevicesAboveTheReplicasIsRefusedAtStart) {
   }
 }
 
+// Every straggler policy, with a slow and a jittery replica, in both modes:
+// every sample trained once by the devices' account, and the model learns.
+class StragglerPolicies
+    : public ::testing::TestWithParam<std::tuple<straggler_policy, std::string, bool>> {};
+
+TEST_P(StragglerPolicies, TrainEverySampleOnceAndLearn) {
+  const auto [policy, fault, reproducible] = GetParam();
+  job_config c = faulty_job(2, {fault});
+  c.straggler.policy = policy;
+  c.train.reproducible = reproducible;
+  c.train.micro_batch = 8;  // 8 slices a step: something to steal or cut
+  const recorded_run r = run(c);
+  expect_exactly_once(r);
+  EXPECT_GT(r.summary.test_accuracy, 0.5);
+}
+
+std::string policy_case_name(const ::testing::TestParamInfo<StragglerPolicies::ParamType>& info) {
+  static const char* const names[] = {"none", "balance", "cut", "balance_cut"};
+  const std::string& fault = std::get<1>(info.param);
+  return std::string(names[static_cast<int>(std::get<0>(info.param))]) + "_" + fault.substr(0, fault.find(':')) + "_" +
+         (std::get<2>(info.param) ? "reproducible" : "fast");
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryPolicy, StragglerPolicies,
+                         ::testing::Combine(::testing::Values(straggler_policy::none, straggler_policy::balance,
+                                                              straggler_policy::cut, straggler_policy::balance_cut),
+                                            ::testing::Values(std::string("slow:1:3"), std::string("jitter:1:0.5:3")),
+                                            ::testing::Bool()),
+                         policy_case_name);
+
 TEST(Faults, CutIndicesAreTrainedLaterInTheSameEpoch) {
   // cpu:1 is delayed 30 ms on every step: far past any deadline, so it is cut
   // every time and its indices go to later steps of the same epoch.

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <mutex>
 #include <thread>
 
@@ -271,11 +272,13 @@ TEST(Faults, AddAndRemoveDevicesFromAnotherThread) {
   c.train.epochs = 1000;
   c.train.verify_replicas = true;
   std::mutex m;
+  std::condition_variable changed;
   std::vector<membership_event> memberships;
   Engine engine(c);
   engine.on_event([&](const event& e) {
     std::lock_guard lock(m);
     if (const auto* x = std::get_if<membership_event>(&e)) memberships.push_back(*x);
+    changed.notify_all();
   });
   engine.start();
   std::string added;
@@ -285,13 +288,11 @@ TEST(Faults, AddAndRemoveDevicesFromAnotherThread) {
   });
   operator_thread.join();
   EXPECT_EQ(added, "cpu:2");
-  // Wait for the removal to take effect, then stop.
-  for (;;) {
-    {
-      std::lock_guard lock(m);
-      if (memberships.size() >= 3) break;
-    }
-    std::this_thread::yield();
+  // Wait for the removal to take effect (a generous bound: a run that failed
+  // meanwhile shows its error at wait()), then stop.
+  {
+    std::unique_lock lock(m);
+    changed.wait_for(lock, std::chrono::seconds(60), [&] { return memberships.size() >= 3; });
   }
   engine.stop();
   engine.wait();

@@ -132,7 +132,6 @@ std::vector<std::int32_t> membership::on_late(std::int64_t step, std::int32_t ra
     std::erase_if(late_.missing, [&](std::int32_t r) { return std::find(missing.begin(), missing.end(), r) == missing.end(); });
   }
   late_.waiting.push_back(rank);
-  std::erase(late_.missing, rank);
   if (missing.empty()) {
     // The backend cannot tell who is missing (NCCL): the members that have not
     // said they are waiting. One still waiting short of its own deadline may

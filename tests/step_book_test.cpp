@@ -71,6 +71,17 @@ class harness {
     book_.record(0, std::move(rec));
   }
 
+  // Quiet steps from `step` on until the epoch's samples are all handed out,
+  // checking exactly-once after each commit.
+  void train_quietly_from(std::int64_t step) {
+    for (; issued_.ledger().waiting() > 0; ++step) {
+      issue(step);
+      train(step);
+      commit();
+      expect_exactly_once_so_far();
+    }
+  }
+
   void send_cut_reports() {
     for (auto& c : pending_cuts_) book_.cut(c.step, c.rank, c.indices);
     pending_cuts_.clear();
@@ -198,12 +209,7 @@ TEST(StepBook, ACutStepWaitsForTheUntouchedIndicesAndTheyAreTrainedLater) {
   EXPECT_EQ(c.returned[0].indices.size(), 5u) << "8 in the shard, 3 trained";
   h.expect_exactly_once_so_far();
   EXPECT_EQ(h.issued().ledger().waiting(), 64u - 16u + 5u) << "the returned indices are handed out again";
-  for (std::int64_t s = 1; h.issued().ledger().waiting() > 0; ++s) {
-    h.issue(s);
-    h.train(s);
-    h.commit();
-    h.expect_exactly_once_so_far();
-  }
+  h.train_quietly_from(1);
   h.expect_epoch_complete();
   EXPECT_EQ(h.book().summary().cuts, 1);
 }
@@ -219,12 +225,7 @@ TEST(StepBook, AFailureCommitsWhatTheStateSourceHoldsAndRetrainsTheRest) {
   h.recover(2);
   EXPECT_EQ(h.book().committed(), 2);
   h.expect_exactly_once_so_far();
-  for (std::int64_t s = 3; h.issued().ledger().waiting() > 0; ++s) {
-    h.issue(s);
-    h.train(s);
-    h.commit();
-    h.expect_exactly_once_so_far();
-  }
+  h.train_quietly_from(3);
   h.expect_epoch_complete();
 }
 
@@ -238,12 +239,7 @@ TEST(StepBook, ARecoveryBehindTheReportsDropsTheStepsAfterTheStateSource) {
   // Reports of steps 1 and 2 are in, but the survivors only applied step 0.
   h.recover(0);
   EXPECT_EQ(h.book().committed(), 0);
-  for (std::int64_t s = 1; h.issued().ledger().waiting() > 0; ++s) {
-    h.issue(s);
-    h.train(s);
-    h.commit();
-    h.expect_exactly_once_so_far();
-  }
+  h.train_quietly_from(1);
   h.expect_epoch_complete();
 }
 

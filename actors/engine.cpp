@@ -16,9 +16,25 @@
 #include "actors/protocol.hpp"
 #include "actors/reducer.hpp"
 #include "config/job_config.hpp"
+#include "tensors/blas_kernels.hpp"
 #include "tensors/gemm.hpp"
 
 namespace dpactor {
+namespace {
+
+// A service cannot re-execute itself the way the dpactor command does. See
+// Note [OpenBLAS kernels on CPUs newer than the library].
+void warn_once_about_blas_kernels() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (auto better = better_blas_kernels_here())
+      spdlog::warn("OpenBLAS runs its {} kernels on a CPU that can run its {} kernels, several times faster; "
+                   "set OPENBLAS_CORETYPE={} in the environment before the process starts",
+                   blas_kernels_in_use(), *better, *better);
+  });
+}
+
+}  // namespace
 
 std::span<const float> parameter_snapshot::tensor(const std::string& name) const {
   const tensor_spec* t = layout.find(name);
@@ -63,6 +79,7 @@ Engine::Engine(job_config config, run_options options) : impl_(std::make_unique<
                  "(set train.reproducible = false to silence this)");
     config.train.reproducible = false;
   }
+  warn_once_about_blas_kernels();
   impl_->config = std::move(config);
   impl_->options = std::move(options);
 }
@@ -154,6 +171,11 @@ void Engine::start() {
   }
   rs.started = m.started;
   const reducer_actor reducer = system->spawn(reducer_behavior, std::move(rs));
+  // Every spawn made this thread hold the system's logger in a CAF 0.17
+  // thread-local, and ~actor_system waits until the logger is gone: wait() or
+  // ~Engine in another thread (a service's) would wait forever. The
+  // destroying thread drops its own; this one drops it here.
+  caf::logger::set_current_actor_system(nullptr);
 
   {
     std::unique_lock lock(m.system_mutex);

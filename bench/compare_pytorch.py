@@ -32,6 +32,7 @@ import csv
 import json
 import os
 import statistics
+import re
 import subprocess
 import sys
 import tempfile
@@ -57,6 +58,24 @@ def dpactor_run(dpactor, replicas, batch, reproducible, windows=7):
     return statistics.median(times), times
 
 
+def same_blas_kernels(dpactor):
+    """Both sides run the OpenBLAS kernels dpactor would choose.
+
+    PyTorch's Linear layers call the same OpenBLAS. When OpenBLAS does not know
+    the CPU, dpactor restarts itself with wider kernels (Note [OpenBLAS kernels
+    on CPUs newer than the library]); PyTorch would keep the narrow ones. Set
+    OPENBLAS_CORETYPE for every process here, so the comparison is of the
+    engines, not of the kernels.
+    """
+    if "OPENBLAS_CORETYPE" not in os.environ:
+        log = subprocess.run([dpactor, "--model", os.path.join(ROOT, "configs/mlp.cfg"), "--print-config",
+                              "--log-level", "info"], check=True, capture_output=True, text=True).stderr
+        m = re.search(r"restarted with OPENBLAS_CORETYPE=(\w+)", log)
+        if m:
+            os.environ["OPENBLAS_CORETYPE"] = m.group(1)
+    return os.environ.get("OPENBLAS_CORETYPE", "OpenBLAS's own choice")
+
+
 def pytorch_run(mode, blas_threads, batches):
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(blas_threads), OMP_NUM_THREADS="1")
     out = subprocess.run([PY, os.path.join(ROOT, "bench/pytorch_mlp.py"), mode, "--batches", ",".join(map(str, batches))],
@@ -75,6 +94,7 @@ def main():
     batches = [int(b) for b in a.batches.split(",")]
     os.makedirs(a.out, exist_ok=True)
 
+    kernels = same_blas_kernels(a.dpactor)
     sgemm = json.loads(subprocess.run([PY, os.path.join(ROOT, "bench/pytorch_mlp.py"), "sgemm"], check=True,
                                       capture_output=True, text=True,
                                       env=dict(os.environ, OPENBLAS_NUM_THREADS="2")).stdout)["sgemm_gflops"]
@@ -102,7 +122,8 @@ def main():
     configs = dpactor_configs + ["PyTorch 1+1", "PyTorch 1+2", "PyTorch DDP Gloo 2x(1+1)"]
     torch_configs = configs[len(dpactor_configs):]
     rows = []
-    print(f"\nOpenBLAS sgemm, 2 threads, (512,784)x(784,256): {sgemm:.1f} GFLOP/s\n")
+    print(f"\nOpenBLAS kernels, both sides: {kernels}")
+    print(f"OpenBLAS sgemm, 2 threads, (512,784)x(784,256): {sgemm:.1f} GFLOP/s\n")
     print("| batch | configuration | step us | samples/s | GFLOP/s | of sgemm | vs best PyTorch |")
     print("| ---: | --- | ---: | ---: | ---: | ---: | ---: |")
     for b in batches:

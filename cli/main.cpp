@@ -21,6 +21,7 @@
 #include "cli/options.hpp"
 #include "cli/progress.hpp"
 #include "cli/signal_watch.hpp"
+#include "tensors/blas_kernels.hpp"
 #include "tensors/error.hpp"
 
 namespace {
@@ -56,6 +57,7 @@ int run(int argc, char** argv, cli::signal_watch& signals) {
   cli::options opts;
   if (auto code = parse_options(argc, argv, opts)) return *code;
   setup_logging(opts);
+  if (auto note = blas_kernels_note()) spdlog::info("{}", *note);
   if (opts.config_reference) {
     print_config_reference();
     return 0;
@@ -121,6 +123,8 @@ int run(int argc, char** argv, cli::signal_watch& signals) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before any thread: it may replace this process. See Note [OpenBLAS kernels on CPUs newer than the library].
+  dpactor::reexec_with_better_blas_kernels(argv);
   cli::signal_watch signals;
   try {
     return run(argc, argv, signals);

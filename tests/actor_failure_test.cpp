@@ -25,7 +25,7 @@ std::pair<std::string, double> failing_run(int replicas, const std::string& faul
   try {
     Engine engine(c);
     engine.start();
-    engine.wait();
+    testing::wait_or_exit(engine, std::chrono::seconds(60), fault);
     ADD_FAILURE() << fault << ": the run completed";
   } catch (const error& e) {
     EXPECT_EQ(e.kind(), expected) << e.what();

@@ -186,10 +186,11 @@ TEST_F(Cli, SigintMidEpochCheckpointsAndTheResumedRunCompletes) {
       {"--model", "job.cfg", "--cpus", "2", "--epochs", "200", "--set", "train.log_every=1", "--metrics", "m.jsonl"},
       dir.path());
   // Wait until training is under way (a step record exists), then interrupt.
-  while (testing::read_text(dir / "m.jsonl").find("\"event\":\"step\",\"step\":7") == std::string::npos) {
-    ASSERT_EQ(child.output_so_far().find("error"), std::string::npos) << child.output_so_far();
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
+  ASSERT_TRUE(testing::eventually(
+      [&] { return !child.running() || testing::read_text(dir / "m.jsonl").find("\"event\":\"step\",\"step\":7") != std::string::npos; },
+      std::chrono::seconds(120)))
+      << "no step 7 within 120 s: " << child.output_so_far();
+  ASSERT_TRUE(child.running()) << "the run ended before the signal: " << child.output_so_far();
   child.signal(SIGINT);
   const auto stopped = child.wait();
   EXPECT_EQ(stopped.exit_code, 130) << stopped.output;
@@ -206,10 +207,11 @@ TEST_F(Cli, SigintMidEpochCheckpointsAndTheResumedRunCompletes) {
 TEST_F(Cli, SigtermExits143) {
   testing::cli_process child({"--model", "job.cfg", "--epochs", "100000", "--set", "train.log_every=1", "--metrics", "m.jsonl"},
                              dir.path());
-  while (testing::read_text(dir / "m.jsonl").find("\"event\":\"step\"") == std::string::npos) {
-    ASSERT_EQ(child.output_so_far().find("error"), std::string::npos) << child.output_so_far();
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
+  ASSERT_TRUE(testing::eventually(
+      [&] { return !child.running() || testing::read_text(dir / "m.jsonl").find("\"event\":\"step\"") != std::string::npos; },
+      std::chrono::seconds(120)))
+      << "no step within 120 s: " << child.output_so_far();
+  ASSERT_TRUE(child.running()) << "the run ended before the signal: " << child.output_so_far();
   child.signal(SIGTERM);
   const auto r = child.wait();
   EXPECT_EQ(r.exit_code, 143) << r.output;

@@ -84,9 +84,11 @@ TEST(EngineLifecycle, SnapshotIsTakenAtAStepBoundaryWhileTraining) {
     if (const auto* st = std::get_if<step_event>(&e)) steps_seen = st->step;
   });
   engine.start();
-  while (steps_seen < 20) std::this_thread::yield();  // the run is under way
+  ASSERT_TRUE(testing::eventually([&] { return steps_seen >= 20; }, std::chrono::seconds(60)))
+      << "the run is not under way";
   const parameter_snapshot a = engine.snapshot();
-  while (steps_seen < a.step + 40) std::this_thread::yield();
+  ASSERT_TRUE(testing::eventually([&] { return steps_seen >= a.step + 40; }, std::chrono::seconds(60)))
+      << "the run stopped at step " << steps_seen;
   const parameter_snapshot b = engine.snapshot();
   engine.stop();
   engine.wait();
@@ -111,11 +113,28 @@ TEST(EngineLifecycle, SnapshotFromAThreadThatOutlivesTheRunDoesNotBlockShutdown)
     taken = true;
     while (!done) std::this_thread::yield();
   });
-  while (!taken) std::this_thread::yield();
-  const run_summary s = engine.wait();  // must return while `server` still runs
+  // (a failed ASSERT here leaves `server` joinable: the program terminates, which fails the test too)
+  ASSERT_TRUE(testing::eventually([&] { return taken.load(); }, std::chrono::seconds(60))) << "no snapshot";
+  // Must return while `server` still runs.
+  const run_summary s = testing::wait_or_exit(engine, std::chrono::seconds(60), "a run with a snapshot thread alive");
   done = true;
   server.join();
   EXPECT_EQ(s.steps, 64);
+}
+
+TEST(EngineLifecycle, ARunStartedInOneThreadEndsWhenWaitedForInAnother) {
+  // Regression: CAF 0.17 kept the actor system's logger in the starting
+  // thread's thread-local, so ~actor_system in any other thread never returned.
+  job_config c = testing::small_job(2, 32, 512);
+  for (int run = 0; run < 3; ++run) {
+    Engine engine(c);
+    engine.start();
+    const run_summary s = testing::wait_or_exit(engine, std::chrono::seconds(60), "a run waited for in another thread");
+    EXPECT_EQ(s.steps, 16);
+  }
+  Engine engine(c);
+  std::thread([&] { engine.start(); }).join();
+  EXPECT_EQ(testing::wait_or_exit(engine, std::chrono::seconds(60), "a run started in another thread").steps, 16);
 }
 
 TEST(EngineLifecycle, StopBeforeStartEndsTheNextRunAtOnce) {

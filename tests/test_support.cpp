@@ -7,13 +7,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <future>
 #include <random>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
+#include <string_view>
 
 #include "tensors/safetensors.hpp"
 
@@ -102,9 +106,19 @@ std::string read_text(const fs::path& path) {
   return s.str();
 }
 
-cli_process::cli_process(const std::vector<std::string>& args, const fs::path& cwd) : log_(cwd / ".cli-output") {
+cli_process::cli_process(const std::vector<std::string>& args, const fs::path& cwd, const environment_changes& env)
+    : log_(cwd / ".cli-output") {
   std::vector<std::string> argv_store{DPACTOR_CLI};
   argv_store.insert(argv_store.end(), args.begin(), args.end());
+  std::vector<std::string> env_store;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    const auto name = entry.substr(0, entry.find('='));
+    if (std::none_of(env.begin(), env.end(), [&](const auto& change) { return change.first == name; }))
+      env_store.emplace_back(entry);
+  }
+  for (const auto& [name, value] : env)
+    if (value) env_store.push_back(name + "=" + *value);
   pid_ = ::fork();
   if (pid_ < 0) throw std::runtime_error("fork failed");
   if (pid_ == 0) {
@@ -116,28 +130,66 @@ cli_process::cli_process(const std::vector<std::string>& args, const fs::path& c
     std::vector<char*> argv;
     for (auto& a : argv_store) argv.push_back(a.data());
     argv.push_back(nullptr);
-    ::execv(argv[0], argv.data());
+    std::vector<char*> envp;
+    for (auto& e : env_store) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    ::execve(argv[0], argv.data(), envp.data());
     ::_exit(127);
   }
 }
 
 cli_process::~cli_process() {
-  if (pid_ > 0) {
+  if (pid_ > 0 && !status_) {
     ::kill(pid_, SIGKILL);
     ::waitpid(pid_, nullptr, 0);
   }
 }
 
-void cli_process::signal(int sig) { ::kill(pid_, sig); }
+void cli_process::signal(int sig) {
+  if (!status_) ::kill(pid_, sig);
+}
 
-process_result cli_process::wait() {
+bool cli_process::running() {
+  if (status_) return false;
   int status = 0;
-  ::waitpid(pid_, &status, 0);
-  pid_ = -1;
+  if (::waitpid(pid_, &status, WNOHANG) == pid_) status_ = status;
+  return !status_;
+}
+
+process_result cli_process::wait(std::chrono::seconds limit) {
   process_result r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  const bool ended = eventually([this] { return !running(); }, limit);
+  if (!ended) {
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    status_ = status;
+  }
+  r.exit_code = WIFEXITED(*status_) ? WEXITSTATUS(*status_) : 128 + WTERMSIG(*status_);
   r.output = read_text(log_);
+  if (!ended) r.output += "\n[test: still running after " + std::to_string(limit.count()) + " s; killed]\n";
   return r;
+}
+
+bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+run_summary wait_or_exit(Engine& engine, std::chrono::seconds limit, const std::string& what) {
+  auto outcome = std::async(std::launch::async, [&engine] { return engine.wait(); });
+  if (outcome.wait_for(limit) == std::future_status::timeout) {
+    std::fprintf(stderr, "%s: the run neither ended nor failed within %lld s: a hang\n", what.c_str(),
+                 static_cast<long long>(limit.count()));
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+  return outcome.get();
 }
 
 std::string cli_process::output_so_far() const { return read_text(log_); }

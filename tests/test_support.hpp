@@ -3,10 +3,14 @@
 // running the dpactor program as a child process.
 
 #include <cstdint>
+#include <chrono>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "actors/engine.hpp"
@@ -49,19 +53,38 @@ struct process_result {
   int exit_code = -1;  // 128 + signal if killed by a signal
   std::string output;  // stdout and stderr together
 };
+// Environment changes for a child process: a value sets the variable, nullopt removes it.
+using environment_changes = std::vector<std::pair<std::string, std::optional<std::string>>>;
+
 // The dpactor program running as a child process, output to a file.
 class cli_process {
  public:
-  cli_process(const std::vector<std::string>& args, const std::filesystem::path& cwd);
+  cli_process(const std::vector<std::string>& args, const std::filesystem::path& cwd,
+              const environment_changes& env = {});
   ~cli_process();  // kills the child if it still runs
   void signal(int sig);
-  process_result wait();
+  // The exit; a child still running after `limit` is killed (exit code 137)
+  // and the output says so, so that a hang fails the test instead of stalling it.
+  process_result wait(std::chrono::seconds limit = default_process_limit);
+  // Whether the child has not exited yet (it is reaped when it has).
+  bool running();
   std::string output_so_far() const;
+
+  static constexpr std::chrono::seconds default_process_limit{240};
 
  private:
   int pid_ = -1;
+  std::optional<int> status_;  // waitpid's, once reaped
   std::filesystem::path log_;
 };
+
+// Polls `condition` every millisecond until it holds (true) or `limit` passes (false).
+bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds limit);
+
+// Engine::wait() with a deadline. A run that neither ends nor fails by then
+// hangs, and a hung engine cannot be destroyed: the program prints what hung
+// and exits with 1, so the test fails at once rather than at ctest's timeout.
+run_summary wait_or_exit(Engine& engine, std::chrono::seconds limit, const std::string& what);
 
 // The independent evidence of exactly-once: what the devices say they trained
 // (trained_event, train.record_trained), not what the ledger counted. Feed it

@@ -68,6 +68,7 @@ void run_step(device_ptr self, const step_shard& shard) {
     rec.compute_s.assign(times.begin(), times.end());
     rec.member_samples.assign(samples.begin(), samples.end());
     rec.member_returned.assign(back.begin(), back.end());
+    rec.lr = st.runner->applied_lr();
     st.records.push_back(std::move(rec));
   }
 }

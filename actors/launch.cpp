@@ -131,6 +131,7 @@ loader_setup make_loader_setup(const job_config& config, const launch_plan& plan
   ls.train_rows = plan.data.train->rows;
   ls.test_rows = plan.data.test->rows;
   ls.batch_size = config.train.batch_size;
+  ls.epoch_steps = plan.epoch_steps;
   ls.epochs = config.train.epochs;
   ls.eval_every = config.train.eval_every;
   ls.max_steps = config.train.max_steps;

@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "train/schedule_position.hpp"
 #include "train/straggler.hpp"
 
 namespace dpactor {
@@ -123,8 +124,15 @@ void issue_message(loader_ptr self) {
     const std::int64_t step = st.next_step++;
     if (st.setup.crash_at == step)
       throw std::runtime_error("injected crash (fault spec crash:loader@" + std::to_string(step + 1) + ")");
+    const epoch_ledger& ledger = st.issued->ledger();
+    const std::int64_t epoch = ledger.epoch();
+    // See Note [Schedule position]: reproducible mode has no cuts, and there
+    // the position is the step's index, also when a fault re-plans the step.
+    const double position = st.setup.slice_rows > 0
+                                ? static_cast<double>(step)
+                                : schedule_position(epoch, st.setup.epoch_steps, ledger.samples() - ledger.waiting(),
+                                                    st.setup.batch_size);
     const auto indices = st.issued->issue(step, static_cast<std::size_t>(st.setup.batch_size));
-    const std::int64_t epoch = st.issued->ledger().epoch();
     const std::size_t rotation = static_cast<std::size_t>(step) % members.size();
     if (st.setup.slice_rows > 0) {
       // Every member gets the whole step and a range of its slices (See Note
@@ -136,7 +144,7 @@ void issue_message(loader_ptr self) {
       for (std::size_t r = 0; r < members.size(); ++r) {
         const auto last = first + static_cast<std::uint32_t>(sizes[r]);
         out[r].steps.push_back(
-            step_shard{step, epoch, {indices.begin(), indices.end()}, st.setup.slice_rows, first, last, board});
+            step_shard{step, epoch, {indices.begin(), indices.end()}, st.setup.slice_rows, first, last, board, position});
         first = last;
       }
     } else {
@@ -144,7 +152,7 @@ void issue_message(loader_ptr self) {
       std::size_t begin = 0;
       for (std::size_t r = 0; r < members.size(); ++r) {
         const auto part = indices.subspan(begin, sizes[r]);
-        out[r].steps.push_back(step_shard{step, epoch, {part.begin(), part.end()}, 0, 0, 0, nullptr});
+        out[r].steps.push_back(step_shard{step, epoch, {part.begin(), part.end()}, 0, 0, 0, nullptr, position});
         begin += sizes[r];
       }
     }

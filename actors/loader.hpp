@@ -43,6 +43,7 @@ struct loader_setup {
   std::size_t train_rows = 0;
   std::size_t test_rows = 0;
   std::int64_t batch_size = 1;
+  std::int64_t epoch_steps = 1;       // full-epoch steps without cuts (See Note [Schedule position])
   std::int64_t epochs = 1;
   std::int64_t eval_every = 1;        // epochs between test evaluations; 0 = only at the end
   std::int64_t max_steps = 0;  // 0 = no limit

@@ -152,7 +152,8 @@ typename Inspector::result_type inspect(Inspector& f, begin_generation_msg& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_shard& x) {
-  return f(caf::meta::type_name("step_shard"), x.step, x.epoch, x.indices, x.slice_rows, x.first_slice, x.last_slice);
+  return f(caf::meta::type_name("step_shard"), x.step, x.epoch, x.indices, x.slice_rows, x.first_slice, x.last_slice,
+           x.schedule_position);
 }
 
 // Consecutive steps for one member, in one message: at small step times the
@@ -241,7 +242,7 @@ typename Inspector::result_type inspect(Inspector& f, late_msg& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_record& x) {
   return f(caf::meta::type_name("step_record"), x.step, x.epoch, x.loss_sum, x.correct, x.samples, x.checksum,
-           x.counter, x.compute_s, x.member_samples, x.member_returned);
+           x.counter, x.compute_s, x.member_samples, x.member_returned, x.lr);
 }
 
 // The steps of one shard message, reported once they are done.

@@ -231,7 +231,7 @@ const std::vector<key_spec>& keys() {
                "schedule = \"cosine\": final learning rate.");
     b.integer("total_steps", [](job_config& c) -> std::int64_t& { return c.schedule.total_steps; }, 0,
               "schedule = \"cosine\": steps until min_lr; 0 = the run's nominal length (epochs or max_steps). "
-              "Without train.reproducible, the steps that cuts add at the end of an epoch run past it, at min_lr.");
+              "Steps that cuts add (without train.reproducible) stay inside their epoch's part of the schedule.");
 
     b.section = "train";
     b.integer("epochs", [](job_config& c) -> std::int64_t& { return c.train.epochs; }, 1, "Passes over the training set.");

@@ -22,16 +22,17 @@ std::string_view schedule_name(schedule_kind kind) noexcept {
   return "?";
 }
 
-double lr_schedule::at(std::int64_t t) const noexcept {
-  if (t < warmup_steps) return base_lr * static_cast<double>(t + 1) / static_cast<double>(warmup_steps);
-  const std::int64_t s = t - warmup_steps;
+double lr_schedule::at(double t) const noexcept {
+  const auto warmup = static_cast<double>(warmup_steps);
+  if (t < warmup) return base_lr * (t + 1.0) / warmup;
+  const double s = t - warmup;
   switch (kind) {
     case schedule_kind::constant: return base_lr;
     case schedule_kind::step:
-      return base_lr * std::pow(gamma, static_cast<double>(s / std::max<std::int64_t>(step_size, 1)));
+      return base_lr * std::pow(gamma, std::floor(s / static_cast<double>(std::max<std::int64_t>(step_size, 1))));
     case schedule_kind::cosine: {
-      const std::int64_t span = std::max<std::int64_t>(total_steps - warmup_steps, 1);
-      const double progress = std::min(1.0, static_cast<double>(s) / static_cast<double>(span));
+      const auto span = static_cast<double>(std::max<std::int64_t>(total_steps - warmup_steps, 1));
+      const double progress = std::min(1.0, s / span);
       return min_lr + (base_lr - min_lr) * (1.0 + std::cos(std::numbers::pi * progress)) / 2.0;
     }
   }

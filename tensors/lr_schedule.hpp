@@ -2,6 +2,7 @@
 // Learning-rate schedules as a pure function of the optimizer step, so every
 // replica, and a resumed run, computes the same rate without shared state.
 
+#include <concepts>
 #include <cstdint>
 #include <optional>
 #include <string_view>
@@ -22,13 +23,19 @@ struct lr_schedule {
   std::int64_t total_steps = 0;   // cosine: steps from the end of warmup to min_lr
   double min_lr = 0.0;            // cosine: final rate
 
-  // Rate for the optimizer step with this index (0 for the first step).
+  // Rate at schedule position t: the optimizer step's index (0 for the first
+  // step), or a fraction between two when cuts made steps smaller (See Note
+  // [Schedule position]). At whole t both forms give the same bits.
   //   warmup:   base * (t + 1) / warmup_steps            for t < warmup_steps
   //   constant: base
   //   step:     base * gamma^floor(s / step_size)        (StepLR)
   //   cosine:   min + (base - min) (1 + cos(pi s / T)) / 2 (CosineAnnealingLR), s <= T
   // with s = t - warmup_steps and T = total_steps - warmup_steps.
-  double at(std::int64_t t) const noexcept;
+  double at(double t) const noexcept;
+  template <std::integral Step>
+  double at(Step t) const noexcept {
+    return at(static_cast<double>(t));
+  }
 };
 
 }  // namespace dpactor

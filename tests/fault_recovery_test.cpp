@@ -28,6 +28,7 @@ struct recorded_run {
   std::vector<membership_event> memberships;
   std::vector<epoch_event> epochs;
   std::vector<recovery_event> recoveries;
+  std::vector<step_event> steps;
 };
 
 recorded_run run(job_config c, run_options o = {}) {
@@ -40,6 +41,7 @@ recorded_run run(job_config c, run_options o = {}) {
     if (const auto* x = std::get_if<membership_event>(&e)) r.memberships.push_back(*x);
     if (const auto* x = std::get_if<epoch_event>(&e)) r.epochs.push_back(*x);
     if (const auto* x = std::get_if<recovery_event>(&e)) r.recoveries.push_back(*x);
+    if (const auto* x = std::get_if<step_event>(&e)) r.steps.push_back(*x);
   });
   engine.start();
   r.summary = engine.wait();
@@ -235,6 +237,53 @@ TEST(Faults, CutIndicesAreTrainedLaterInTheSameEpoch) {
   EXPECT_GT(r.summary.cuts, 0);
   EXPECT_GT(r.summary.steps, 16) << "re-queued indices made extra steps";
   expect_exactly_once(r, 1);
+}
+
+// See Note [Schedule position]: 2 epochs of 16 steps under a cosine schedule
+// down to min_lr, with every step reported.
+job_config scheduled_job(std::vector<std::string> faults) {
+  job_config c = faulty_job(2, std::move(faults));
+  c.train.epochs = 2;
+  c.train.log_every = 1;
+  c.schedule.kind = schedule_kind::cosine;
+  c.schedule.min_lr = 0.001;
+  return c;
+}
+
+TEST(Schedule, WithoutCutsEveryStepRunsAtTheRateOfItsIndex) {
+  for (const bool reproducible : {true, false}) {
+    SCOPED_TRACE(reproducible ? "reproducible" : "fast");
+    job_config c = scheduled_job({});
+    c.train.reproducible = reproducible;
+    c.straggler.policy = straggler_policy::none;
+    const lr_schedule expected = make_lr_schedule(c, 32);
+    const recorded_run r = run(c);
+    ASSERT_EQ(r.steps.size(), 32u);
+    for (const step_event& e : r.steps) EXPECT_EQ(e.lr, expected.at(e.step - 1)) << "step " << e.step;
+  }
+}
+
+TEST(Schedule, StepsThatCutsAddStayInsideTheirEpochsShareOfTheSchedule) {
+  // As in CutIndicesAreTrainedLaterInTheSameEpoch: cpu:1 is cut every step,
+  // so each epoch takes more than its 16 steps.
+  job_config c = scheduled_job({"jitter:1:1.0:30"});
+  c.straggler.policy = straggler_policy::cut;
+  c.train.reproducible = false;
+  const lr_schedule expected = make_lr_schedule(c, 32);
+  const recorded_run r = run(c);
+  ASSERT_GT(r.summary.steps, 32) << "no step was added: the test proves nothing";
+  ASSERT_EQ(r.steps.size(), static_cast<std::size_t>(r.summary.steps));
+  std::int64_t epoch = -1;
+  for (const step_event& e : r.steps) {
+    EXPECT_GT(e.lr, c.schedule.min_lr) << "step " << e.step << " of " << r.summary.steps
+                                                 << " ran at min_lr, past the schedule's end";
+    if (e.epoch != epoch) {
+      epoch = e.epoch;
+      EXPECT_EQ(e.lr, expected.at(16 * epoch)) << "an epoch's first step is at its nominal start";
+    }
+    EXPECT_GT(e.lr, expected.at(16 * (epoch + 1))) << "step " << e.step << " is at or past the next epoch's rate";
+  }
+  expect_exactly_once(r, 2);
 }
 
 TEST(Faults, AReplicaThatCarriesOtherStateIntoAStepIsNamed) {

@@ -46,6 +46,7 @@ void step_book::record(std::int32_t rank, step_record&& rec) {
     t.compute_s = std::move(rec.compute_s);
     t.member_samples = std::move(rec.member_samples);
     t.member_returned = std::move(rec.member_returned);
+    t.lr = rec.lr;
   }
   if (setup_.verify_replicas) {
     if (!t.checksum) {
@@ -137,19 +138,21 @@ void step_book::account(std::int64_t step, step_tally&& t, step_commit& commit, 
   last_commit_ = last_progress_ = now;
   commit.through = step;
   if (!t.returned.empty()) commit.returned.push_back(step_returned{step, std::move(t.returned)});
-  if ((step + 1) % setup_.log_every == 0) emit_step(step, t.epoch, now);
+  if ((step + 1) % setup_.log_every == 0) emit_step(step, t, now);
 }
 
-void step_book::emit_step(std::int64_t step, std::int64_t epoch, clock::time_point now) {
+void step_book::emit_step(std::int64_t step, const step_tally& t, clock::time_point now) {
   step_event e;
   e.step = step + 1;
-  e.epoch = epoch;
+  e.epoch = t.epoch;
   e.epoch_step = epoch_step_;
   e.epoch_steps = setup_.epoch_steps;
   e.total_steps = setup_.total_steps;
   e.loss = mean_loss(interval_.stats);
   e.accuracy = accuracy(interval_.stats);
-  e.lr = setup_.schedule.at(step);
+  // What the devices applied (See Note [Schedule position]); a step committed
+  // without a report (after a rollback) shows the rate of its index.
+  e.lr = t.lr.value_or(setup_.schedule.at(step));
   // Steps arrive in batches: a second event of the same batch has no time of
   // its own, so it repeats the last rate and its samples count in the next.
   const double dt = seconds(now - interval_.since);

@@ -129,6 +129,7 @@ class step_book {
     std::vector<float> compute_s;          // per member
     std::vector<float> member_samples;     // per member
     std::vector<float> member_returned;    // per member: how many indices a cut returned
+    std::optional<double> lr;              // the rate applied (rank 0's report)
   };
   struct eval_tally {
     std::int32_t reported = 0;
@@ -142,7 +143,7 @@ class step_book {
 
   bool complete(const step_tally& t, std::size_t members) const;
   void account(std::int64_t step, step_tally&& t, step_commit& commit, clock::time_point now);
-  void emit_step(std::int64_t step, std::int64_t epoch, clock::time_point now);
+  void emit_step(std::int64_t step, const step_tally& t, clock::time_point now);
   void emit_epoch(std::int64_t epoch, std::int64_t step, double test_loss, double test_accuracy, clock::time_point now);
 
   step_book_setup setup_;

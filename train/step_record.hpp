@@ -21,6 +21,7 @@ struct step_record {
   std::vector<float> compute_s;        // per member, rank order
   std::vector<float> member_samples;   // per member
   std::vector<float> member_returned;  // per member: indices returned by a cut
+  double lr = 0.0;                     // the learning rate the step applied
 };
 
 // The indices a cut member returned from one step: trained later.

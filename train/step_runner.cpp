@@ -105,6 +105,7 @@ const fault_spec* step_runner::inject_step_faults(const step_shard& shard, const
 step_runner::computed step_runner::compute_slices(const step_shard& shard, replica& model, const dataset& train,
                                                   const device_control& control, const collective_group& group) {
   computed c;
+  c.schedule_position = shard.schedule_position;
   c.start = clock_type::now();
   const fault_spec* slow = inject_step_faults(shard, control, group);
   const std::size_t slices = shard.slices();
@@ -143,6 +144,7 @@ step_runner::computed step_runner::compute(const step_shard& shard, replica& mod
                                            const device_control& control, const collective_group& group,
                                            collective* comm) {
   computed c;
+  c.schedule_position = shard.schedule_position;
   c.start = clock_type::now();
   model.zero_grad();
   const bool overlap = comm != nullptr && comm->overlaps_compute();
@@ -197,6 +199,7 @@ std::span<const float> step_runner::synchronize(const computed& c, std::size_t r
                                                 late_observer* observer, const lr_schedule& schedule) {
   const std::span<float> grads = model.gradients();
   whole_ = {0, grads.size(), 0};  // the gradients as one part
+  lr_ = schedule.at(c.schedule_position);
   if (c.sliced) {
     // See Note [Summation tree]: the nodes this member holds go into the
     // tree's reduce-scatter; its chunk of the root lands in `grads`.
@@ -204,7 +207,7 @@ std::span<const float> step_runner::synchronize(const computed& c, std::size_t r
     parts_.clear();
     for (const auto& [node, buffer] : builder_.held()) parts_.push_back({node, buffers_[buffer]});
     comm.reduce_scatter_tree(tree_->slices(), parts_, grads, options);
-    return update(model, comm, options, schedule, {&whole_, 1});
+    return update(model, comm, options, lr_, {&whole_, 1});
   }
   // See Note [Sharded optimizer step], and Note [Gradient buckets] for a
   // backend that overlaps: its buckets not started during backward start now,
@@ -221,12 +224,11 @@ std::span<const float> step_runner::synchronize(const computed& c, std::size_t r
     comm.reduce_scatter_sum(grads, options);
     parts = {&whole_, 1};
   }
-  return update(model, comm, options, schedule, parts);
+  return update(model, comm, options, lr_, parts);
 }
 
 std::span<const float> step_runner::update(replica& model, collective& comm, const collective_options& options,
-                                           const lr_schedule& schedule, std::span<const gradient_bucket> parts) {
-  const double lr = schedule.at(model.optimizer_steps());
+                                           double lr, std::span<const gradient_bucket> parts) {
   // A member alone gathers nothing, so no collective can fail after its
   // update: it updates in place (See replica::update_in_place).
   if (comm.size() == 1) {

@@ -52,6 +52,7 @@ class step_runner {
     double compute_s = 0.0;
     clock::time_point start;
     collective* overlapped = nullptr;  // the endpoint whose buckets compute() started
+    double schedule_position = 0.0;    // the shard's (See Note [Schedule position])
   };
 
   // `faults` are this device's injected faults (fail, hang, slow, jitter);
@@ -83,6 +84,8 @@ class step_runner {
   std::span<const float> synchronize(const computed& c, std::size_t returned, replica& model, collective& comm,
                                      const collective_options& options, late_observer* observer,
                                      const lr_schedule& schedule);
+  // The learning rate the last synchronize() applied.
+  double applied_lr() const noexcept { return lr_; }
 
   // The buckets planned for `model` (planned on first use).
   std::span<const gradient_bucket> buckets(const replica& model);
@@ -112,12 +115,13 @@ class step_runner {
   const fault_spec* inject_step_faults(const step_shard& shard, const device_control& control,
                                        const collective_group& group);
   // The optimizer step on this member's chunk of each part, and the gather.
-  std::span<const float> update(replica& model, collective& comm, const collective_options& options,
-                                const lr_schedule& schedule, std::span<const gradient_bucket> parts);
+  std::span<const float> update(replica& model, collective& comm, const collective_options& options, double lr,
+                                std::span<const gradient_bucket> parts);
   std::span<const float> reduce_header(const computed& c, std::size_t returned, collective& comm,
                                        const collective_options& options, late_observer* observer);
 
   int device_id_;
+  double lr_ = 0.0;
   std::vector<fault_spec> faults_;
   std::uint64_t fault_seed_;
   std::optional<rng> jitter_rng_;

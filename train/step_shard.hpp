@@ -24,6 +24,7 @@ struct step_shard {
   std::uint32_t first_slice = 0;
   std::uint32_t last_slice = 0;
   std::shared_ptr<slice_board> board;  // in-process only, not serialised
+  double schedule_position = 0.0;      // the learning rate's (See Note [Schedule position])
 
   bool sliced() const noexcept { return slice_rows > 0; }
   std::size_t slices() const noexcept {

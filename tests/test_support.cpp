@@ -2,6 +2,8 @@
 
 #include "train/sample_digest.hpp"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 
 #include <sys/wait.h>
@@ -185,6 +187,8 @@ run_summary wait_or_exit(Engine& engine, std::chrono::seconds limit, const std::
   if (outcome.wait_for(limit) == std::future_status::timeout) {
     std::fprintf(stderr, "%s: the run neither ended nor failed within %lld s: a hang\n", what.c_str(),
                  static_cast<long long>(limit.count()));
+    if (const auto* test = ::testing::UnitTest::GetInstance()->current_test_info())
+      std::printf("[  FAILED  ] %s.%s (a hang)\n", test->test_suite_name(), test->name());
     std::fflush(stdout);
     std::fflush(stderr);
     std::_Exit(1);

@@ -42,7 +42,7 @@ void run_step(device_ptr self, const step_shard& shard) {
   // See train.verify_replicas: the state as this member carries it into the
   // step, before the step's gather could make the replicas equal again.
   if (st.runner->perturbs(shard.step)) perturb(model);
-  const std::uint64_t carried = st.setup->verify_replicas ? model.state_checksum() : 0;
+  const std::uint64_t carried = st.setup->verify_replicas || st.setup->on_trained ? model.state_checksum() : 0;
   const std::int64_t counter = model.optimizer_steps();
   const step_runner::computed c =
       shard.sliced() ? st.runner->compute_slices(shard, model, *st.setup->train, *st.setup->control, *st.group)
@@ -57,7 +57,7 @@ void run_step(device_ptr self, const step_shard& shard) {
       st.runner->synchronize(c, returned, model, *st.comm, st.setup->collective, &st.late, st.setup->schedule);
   st.last_step = shard.step;
   if (st.setup->on_trained)
-    st.setup->on_trained(trained_event{st.setup->name, shard.step, shard.epoch, c.stats.samples, c.digest});
+    st.setup->on_trained(trained_event{st.setup->name, shard.step, shard.epoch, c.stats.samples, c.digest, carried});
   if (st.rank == 0 || st.setup->verify_replicas) {
     const auto m = static_cast<std::size_t>(st.comm->size());
     step_record rec{shard.step, shard.epoch, static_cast<double>(header[h_loss]),

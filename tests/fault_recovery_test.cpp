@@ -31,8 +31,10 @@ struct recorded_run {
   std::vector<step_event> steps;
 };
 
-recorded_run run(job_config c, run_options o = {}) {
+// `trained`: where the devices' account goes; shared by runs that continue each other.
+recorded_run run(job_config c, run_options o = {}, std::shared_ptr<testing::trained_evidence> trained = nullptr) {
   recorded_run r;
+  if (trained) r.trained = std::move(trained);
   std::mutex m;
   Engine engine(std::move(c), std::move(o));
   engine.on_event([&](const event& e) {
@@ -125,6 +127,30 @@ TEST(Faults, JoinAndLeaveTakeEffectAtTheirStepBoundaries) {
   EXPECT_EQ(r.summary.steps, 48) << "and no step is repeated";
   for (const auto& e : r.epochs) EXPECT_EQ(e.requeued, 0);
   expect_exactly_once(r);
+}
+
+// The test's own comparison, with the engine's (train.verify_replicas) off:
+// the newcomer carries the survivors' very bytes into its first step, and
+// every member of every step carries the same state.
+void expect_newcomer_adopts_the_survivors_state(std::vector<std::string> faults, const std::string& newcomer) {
+  SCOPED_TRACE(faults.back());
+  job_config c = faulty_job(2, std::move(faults));
+  c.train.verify_replicas = false;
+  const recorded_run r = run(c);
+  const auto first = r.trained->first_step_of(newcomer);
+  ASSERT_TRUE(first) << newcomer << " never trained";
+  const auto members = r.trained->members_of(*first);
+  ASSERT_GE(members.size(), 2u) << "no survivor trained step " << *first + 1 << " beside " << newcomer;
+  EXPECT_EQ(r.trained->replicas_agree(), "");
+  expect_exactly_once(r);
+}
+
+TEST(Faults, ANewcomerCarriesTheSurvivorsBytesIntoItsFirstStep) {
+  expect_newcomer_adopts_the_survivors_state({"join:cpu@20"}, "cpu:2");
+}
+
+TEST(Faults, ANewcomerAfterAFailureCarriesTheSurvivorsBytesIntoItsFirstStep) {
+  expect_newcomer_adopts_the_survivors_state({"fail:1@10", "join:cpu@20"}, "cpu:2");
 }
 
 TEST(Faults, ANewcomerMatchesAJobThatHadItsMembersFromTheStart) {
@@ -284,6 +310,28 @@ TEST(Schedule, StepsThatCutsAddStayInsideTheirEpochsShareOfTheSchedule) {
     EXPECT_GT(e.lr, expected.at(16 * (epoch + 1))) << "step " << e.step << " is at or past the next epoch's rate";
   }
   expect_exactly_once(r, 2);
+}
+
+TEST(Faults, AResumeAfterCutsTrainsEverySampleOnceAcrossBothRuns) {
+  // cpu:1 is cut every step, so when the first run stops at step 20, in its
+  // first epoch, cut indices are waiting in the ledger: the checkpoint must
+  // carry them, and the resumed run train them, once.
+  testing::scratch_dir dir;
+  job_config c = faulty_job(2, {"jitter:1:1.0:30"});
+  c.straggler.policy = straggler_policy::cut;
+  c.train.reproducible = false;
+  c.train.epochs = 2;
+  c.train.checkpoint_dir = (dir / "ckpt").string();
+  auto trained = std::make_shared<testing::trained_evidence>();
+  job_config first = c;
+  first.train.max_steps = 20;
+  const recorded_run a = run(first, {}, trained);
+  ASSERT_EQ(a.summary.steps, 20);
+  ASSERT_GT(a.summary.cuts, 0) << "nothing was cut before the checkpoint: the test proves nothing";
+  ASSERT_TRUE(a.epochs.empty()) << "the first run was meant to stop inside its first epoch";
+  const recorded_run b = run(c, testing::resume_from(dir / "ckpt"), trained);
+  ASSERT_EQ(b.epochs.size(), 2u);
+  EXPECT_EQ(trained->check(1024, 2), "") << "the devices' account over both runs";
 }
 
 TEST(Faults, AReplicaThatCarriesOtherStateIntoAStepIsNamed) {

@@ -205,6 +205,34 @@ void trained_evidence::record(const event& e) {
   auto& [samples, digest] = epochs_[t->epoch];
   samples += t->samples;
   digest += t->digest;
+  carried_[t->step][t->device] = t->carried;
+}
+
+std::string trained_evidence::replicas_agree() const {
+  std::lock_guard lock(mutex_);
+  for (const auto& [step, devices] : carried_) {
+    const auto& [first, checksum] = *devices.begin();
+    for (const auto& [device, other] : devices)
+      if (other != checksum)
+        return "step " + std::to_string(step + 1) + ": " + first + " carried state " + std::to_string(checksum) +
+               " into it, " + device + " carried " + std::to_string(other);
+  }
+  return "";
+}
+
+std::optional<std::int64_t> trained_evidence::first_step_of(const std::string& device) const {
+  std::lock_guard lock(mutex_);
+  for (const auto& [step, devices] : carried_)
+    if (devices.count(device) != 0) return step;
+  return std::nullopt;
+}
+
+std::vector<std::string> trained_evidence::members_of(std::int64_t step) const {
+  std::lock_guard lock(mutex_);
+  std::vector<std::string> out;
+  if (const auto it = carried_.find(step); it != carried_.end())
+    for (const auto& [device, checksum] : it->second) out.push_back(device);
+  return out;
 }
 
 std::string trained_evidence::check(std::int64_t rows, std::int64_t epochs) const {

@@ -96,10 +96,18 @@ class trained_evidence {
   // the samples add up to `rows` and the digests to the digest of every index.
   // Returns "" or what is wrong, per epoch.
   std::string check(std::int64_t rows, std::int64_t epochs) const;
+  // Every step's members carried the same state into it, by their own
+  // checksums. Returns "" or the first step where two differ, naming both.
+  std::string replicas_agree() const;
+  // The first step `device` trained, if any.
+  std::optional<std::int64_t> first_step_of(const std::string& device) const;
+  // The devices that trained `step`.
+  std::vector<std::string> members_of(std::int64_t step) const;
 
  private:
   mutable std::mutex mutex_;
   std::map<std::int64_t, std::pair<std::int64_t, std::uint64_t>> epochs_;  // epoch -> (samples, digest)
+  std::map<std::int64_t, std::map<std::string, std::uint64_t>> carried_;  // step -> device -> checksum
 };
 
 // Runs the dpactor program with `args`, in `cwd`, and waits for it.

@@ -74,6 +74,10 @@ struct trained_event {
   std::int64_t epoch = 0;
   std::int64_t samples = 0;
   std::uint64_t digest = 0;  // the sum, mod 2^64, of sample_digest(i) over the indices trained
+  // A checksum of the state the device carried into the step (parameters,
+  // optimizer slots, step counter), taken before the step's gather: equal on
+  // every member of a step when the replicas are identical.
+  std::uint64_t carried = 0;
 };
 
 using event = std::variant<step_event, epoch_event, membership_event, recovery_event, checkpoint_event, trained_event>;

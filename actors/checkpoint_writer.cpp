@@ -17,7 +17,7 @@ checkpoint_writer_actor::behavior_type checkpoint_writer_behavior(std::shared_pt
         record.config = setup->config_toml;
         checkpoint_written_msg reply{msg.step, {}, {}};
         try {
-          reply.path = write_checkpoint(setup->root, setup->layout, msg.state, record, setup->keep).string();
+          reply.path = setup->directory->write(setup->layout, msg.state, record, setup->keep).string();
         } catch (const std::exception& e) {
           reply.error = e.what();
         }

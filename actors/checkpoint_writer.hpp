@@ -9,12 +9,13 @@
 #include <caf/all.hpp>
 
 #include "actors/protocol.hpp"
+#include "train/checkpoint_directory.hpp"
 #include "tensors/replica.hpp"
 
 namespace dpactor {
 
 struct checkpoint_writer_setup {
-  std::filesystem::path root;
+  std::shared_ptr<checkpoint_directory> directory;  // locked for the run; taken before any actor starts
   state_layout layout;
   std::uint64_t seed = 0;
   bool shuffle = true;

@@ -122,14 +122,15 @@ void Engine::start() {
   const auto plan = std::make_shared<const launch_plan>(prepare_launch(config, m.options, replica_count()));
   set_blas_threads(plan->blas_threads);
   m.layout = plan->layout;
+  // Takes the checkpoint directory's lock before anything starts (throws).
+  const auto writer_setup = config.train.checkpoint_dir.empty() ? nullptr : make_writer_setup(config, *plan);
   m.control = std::make_shared<run_control>(m.callback);
   m.outcome = m.control->outcome();
 
   auto cfg = make_system_config();
   auto system = std::make_unique<caf::actor_system>(*cfg);
   checkpoint_writer_actor writer;
-  if (!config.train.checkpoint_dir.empty())
-    writer = system->spawn<caf::detached>(checkpoint_writer_behavior, make_writer_setup(config, *plan));
+  if (writer_setup) writer = system->spawn<caf::detached>(checkpoint_writer_behavior, writer_setup);
   // Spawns device `id`, at the start and for joins (the reducer calls it).
   auto spawn_device = [&config, plan, control = m.control, sys = system.get()](int id) {
     std::shared_ptr<device_setup> setup = make_device_setup(config, *plan, id);

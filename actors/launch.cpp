@@ -155,7 +155,12 @@ loader_setup make_loader_setup(const job_config& config, const launch_plan& plan
 
 std::shared_ptr<const checkpoint_writer_setup> make_writer_setup(const job_config& config, const launch_plan& plan) {
   auto setup = std::make_shared<checkpoint_writer_setup>();
-  setup->root = config.train.checkpoint_dir;
+  // Locks the directory, or throws: a second run, or one that cannot write
+  // there, stops here, before anything trains.
+  setup->directory = std::make_shared<checkpoint_directory>(config.train.checkpoint_dir);
+  if (setup->directory->stale_removed() > 0)
+    spdlog::info("removed {} temporary folder{} of an earlier run from {}", setup->directory->stale_removed(),
+                 setup->directory->stale_removed() == 1 ? "" : "s", config.train.checkpoint_dir);
   setup->layout = plan.layout;
   setup->seed = static_cast<std::uint64_t>(config.train.seed);
   setup->shuffle = config.train.shuffle;

@@ -272,7 +272,8 @@ const std::vector<key_spec>& keys() {
     b.integer("checkpoint_every", [](job_config& c) -> std::int64_t& { return c.train.checkpoint_every; }, 0,
               "Also write a checkpoint every this many steps (0 = only at the end).");
     b.integer("keep_checkpoints", [](job_config& c) -> std::int64_t& { return c.train.keep_checkpoints; }, 0,
-              "Keep the newest this many checkpoints, delete older ones (0 = keep all).");
+              "Keep the newest this many checkpoints of this run, delete its older ones (0 = keep all); "
+              "never another run's or anything else in the directory.");
     b.boolean("verify_replicas", [](job_config& c) -> bool& { return c.train.verify_replicas; },
               "Check at every step that all replicas carried bitwise identical state (parameters and optimizer "
               "state) and step counters into it: a checksum of the state per replica and step; a mismatch "
@@ -348,7 +349,7 @@ const std::vector<key_spec>& keys() {
     b.section = "faults";
     b.keys.push_back({"faults", "inject", "array of strings",
                       "Fault injection specs: fail:R@S, hang:R@S, slow:R:F[@S], jitter:R:P:MS, leave:R@S, "
-                      "join:cpu@S (docs/faults.md).",
+                      "join:cpu@S, perturb:R@S, crash:loader@S, crash:reducer@S (docs/faults.md).",
                       [](job_config& c, const toml::node& n, const std::string& key) {
                         const toml::array* a = n.as_array();
                         if (a == nullptr) fail_at(n, key, "expected an array of strings, found " + type_name(n));

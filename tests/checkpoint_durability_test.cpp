@@ -117,7 +117,7 @@ class CheckpointDurability : public ::testing::Test {
 };
 
 TEST_F(CheckpointDurability, EveryFileAndTheDirectoryAreSyncedBeforeTheCheckpointIsNamed) {
-  write_checkpoint(root_, layout_, state_, record_, 0);
+  write_checkpoint(root_, layout_, state_, record_);
   const auto j = entries();
   ASSERT_TRUE(std::any_of(j.begin(), j.end(), [](const journal_entry& e) { return e.op == "fsync"; }))
       << "no fsync was seen: the interposition does not work, and this test would prove nothing";
@@ -138,7 +138,7 @@ TEST_F(CheckpointDurability, EveryFileAndTheDirectoryAreSyncedBeforeTheCheckpoin
 }
 
 TEST_F(CheckpointDurability, LatestMovesOnlyAfterTheCheckpointIsCompleteAndTheRootIsSyncedLast) {
-  write_checkpoint(root_, layout_, state_, record_, 0);
+  write_checkpoint(root_, layout_, state_, record_);
   const auto j = entries();
   const auto named = find_rename_to(j, root_ + "/step-00000077");
   const auto latest = find_rename_to(j, root_ + "/latest");

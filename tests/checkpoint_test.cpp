@@ -10,6 +10,7 @@
 #include <csignal>
 
 #include "train/checkpoint.hpp"
+#include "train/checkpoint_directory.hpp"
 #include "tensors/error.hpp"
 #include "tensors/safetensors.hpp"
 #include "tests/test_support.hpp"
@@ -52,7 +53,7 @@ std::string error_of(F f) {
 TEST(Checkpoint, RoundTripsStateAndTrainerRecord) {
   testing::scratch_dir dir;
   fixture fx;
-  const fs::path written = write_checkpoint(dir.path(), fx.layout, fx.state, fx.record, 0);
+  const fs::path written = write_checkpoint(dir.path(), fx.layout, fx.state, fx.record);
   EXPECT_EQ(written.filename(), "step-00000077");
   EXPECT_EQ(testing::read_text(dir / "latest"), "step-00000077\n");
   for (const auto& path : {dir.path(), written}) {
@@ -74,9 +75,10 @@ TEST(Checkpoint, RoundTripsStateAndTrainerRecord) {
 TEST(Checkpoint, KeepsOnlyTheNewest) {
   testing::scratch_dir dir;
   fixture fx;
+  checkpoint_directory run(dir.path());
   for (std::int64_t step : {10, 20, 30, 40}) {
     fx.record.step = step;
-    write_checkpoint(dir.path(), fx.layout, fx.state, fx.record, 2);
+    run.write(fx.layout, fx.state, fx.record, 2);
   }
   EXPECT_FALSE(fs::exists(dir / "step-00000010"));
   EXPECT_FALSE(fs::exists(dir / "step-00000020"));
@@ -84,6 +86,145 @@ TEST(Checkpoint, KeepsOnlyTheNewest) {
   EXPECT_TRUE(fs::exists(dir / "step-00000040"));
   EXPECT_EQ(testing::read_text(dir / "latest"), "step-00000040\n");
 }
+
+TEST(CheckpointDirectory, PrunesOnlyCheckpointsThisRunWrote) {
+  testing::scratch_dir dir;
+  fixture fx;
+  fx.record.step = 5;
+  write_checkpoint(dir.path(), fx.layout, fx.state, fx.record);  // an earlier run's
+  fs::create_directories(dir / "step-99999999" / "notes");        // a folder of the user's
+  {
+    checkpoint_directory run(dir.path());
+    for (std::int64_t step : {10, 20, 30}) {
+      fx.record.step = step;
+      run.write(fx.layout, fx.state, fx.record, 1);
+    }
+  }
+  EXPECT_TRUE(fs::exists(dir / "step-00000005")) << "an earlier run's checkpoint was pruned";
+  EXPECT_TRUE(fs::exists(dir / "step-99999999" / "notes")) << "a folder of the user's was pruned";
+  EXPECT_FALSE(fs::exists(dir / "step-00000010"));
+  EXPECT_FALSE(fs::exists(dir / "step-00000020"));
+  EXPECT_TRUE(fs::exists(dir / "step-00000030"));
+}
+
+TEST(CheckpointDirectory, ASecondRunIsRefusedNamingTheHoldersPid) {
+  testing::scratch_dir dir;
+  checkpoint_directory first(dir.path());
+  const std::string message = error_of([&] { checkpoint_directory second(dir.path()); });
+  EXPECT_NE(message.find(dir.path().string() + " is in use by another run (pid " + std::to_string(::getpid()) + ")"),
+            std::string::npos)
+      << message;
+}
+
+TEST(CheckpointDirectory, TheLockIsReleasedWithTheRun) {
+  testing::scratch_dir dir;
+  { checkpoint_directory first(dir.path()); }
+  EXPECT_NO_THROW(checkpoint_directory second(dir.path()));
+}
+
+TEST(CheckpointDirectory, ADirectoryThatCannotBeCreatedIsRefusedAtOnce) {
+  testing::scratch_dir dir;
+  testing::write_text(dir / "a-file", "");
+  const std::string message = error_of([&] { checkpoint_directory run(dir / "a-file" / "ckpt"); });
+  EXPECT_NE(message.find("cannot create checkpoint directory " + (dir / "a-file" / "ckpt").string()), std::string::npos)
+      << message;
+}
+
+TEST(CheckpointDirectory, TemporaryFoldersOfDeadRunsAreRemovedUnderTheLock) {
+  testing::scratch_dir dir;
+  fs::create_directories(dir / ".tmp-step-00000010-4242");
+  testing::write_text(dir / ".tmp-step-00000010-4242" / "model.safetensors", "partial");
+  checkpoint_directory run(dir.path());
+  EXPECT_EQ(run.stale_removed(), 1u);
+  EXPECT_FALSE(fs::exists(dir / ".tmp-step-00000010-4242"));
+}
+
+TEST(Checkpoint, RewritingAStepSwapsInTheNewCheckpoint) {
+  testing::scratch_dir dir;
+  fixture fx;
+  write_checkpoint(dir.path(), fx.layout, fx.state, fx.record);
+  std::vector<float> changed = fx.state;
+  changed[0] = 1234.5f;
+  const fs::path again = write_checkpoint(dir.path(), fx.layout, changed, fx.record);
+  EXPECT_EQ(read_checkpoint(dir.path(), fx.layout).state[0], 1234.5f);
+  for (const auto& entry : fs::directory_iterator(dir.path()))
+    EXPECT_EQ(entry.path().filename().string().find(".tmp"), std::string::npos) << "left behind: " << entry.path();
+}
+
+TEST(Checkpoint, AFlippedBitAnywhereInACheckpointIsRefused) {
+  testing::scratch_dir dir;
+  fixture fx;
+  const fs::path written = write_checkpoint(dir.path(), fx.layout, fx.state, fx.record);
+  for (const char* name : {"model.safetensors", "optimizer.safetensors", "trainer.json"}) {
+    const fs::path file = written / name;
+    const std::string original = testing::read_text(file);
+    for (std::size_t i = 0; i < original.size(); ++i) {
+      for (const int bit : {0, 6}) {
+        std::string damaged = original;
+        damaged[i] = static_cast<char>(damaged[i] ^ (1 << bit));
+        testing::write_text(file, damaged);
+        bool refused = false;
+        try {
+          read_checkpoint(dir.path(), fx.layout);
+        } catch (const checkpoint_error& e) {
+          refused = std::string(e.what()).find(file.string()) != std::string::npos;
+        }
+        EXPECT_TRUE(refused) << name << ": bit " << bit << " of byte " << i << " of " << original.size()
+                             << " flipped, and the checkpoint loaded (or the error did not name the file)";
+      }
+    }
+    testing::write_text(file, original);
+  }
+  EXPECT_NO_THROW(read_checkpoint(dir.path(), fx.layout));
+}
+
+// A crash at each point of a checkpoint's write, over an earlier checkpoint:
+// a child process writes and dies there (as kill -9 or a power cut would end
+// it); `latest` must then name a complete checkpoint, the old or the new.
+class CheckpointCrash : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(CheckpointCrash, LeavesAResumableCheckpoint) {
+  testing::scratch_dir dir;
+  fixture fx;
+  fx.record.step = 10;
+  write_checkpoint(dir.path(), fx.layout, fx.state, fx.record);
+  const std::string point = GetParam();
+  for (const std::int64_t step : {std::int64_t{20}, std::int64_t{10}}) {  // a new step; the same step rewritten
+    SCOPED_TRACE("writing step " + std::to_string(step) + ", crash at " + point);
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      set_checkpoint_crash_hook([&](std::string_view at) {
+        if (at == point) ::_exit(0);
+      });
+      std::vector<float> changed = fx.state;
+      changed[0] = 99.0f;
+      trainer_record r = fx.record;
+      r.step = step;
+      write_checkpoint(dir.path(), fx.layout, changed, r);
+      ::_exit(3);  // the point was never reached
+    }
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the crash point was not reached";
+    const loaded_checkpoint c = read_checkpoint(dir.path(), fx.layout);
+    EXPECT_TRUE(c.state[0] == fx.state[0] || c.state[0] == 99.0f);
+    EXPECT_TRUE(c.record.step == 10 || c.record.step == step);
+    // The next run cleans up what the dead one left.
+    checkpoint_directory next(dir.path());
+    for (const auto& entry : fs::directory_iterator(dir.path()))
+      EXPECT_EQ(entry.path().filename().string().find(".tmp-"), std::string::npos) << "left behind: " << entry.path();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryPoint, CheckpointCrash,
+                         ::testing::Values("model written", "optimizer written", "trainer written", "directory synced",
+                                           "renamed", "latest written", "latest renamed"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           std::replace(name.begin(), name.end(), ' ', '_');
+                           return name;
+                         });
 
 TEST(Checkpoint, MissingCheckpointIsNamed) {
   fixture fx;
@@ -94,7 +235,7 @@ TEST(Checkpoint, MissingCheckpointIsNamed) {
 TEST(Checkpoint, TruncatedModelFileIsNamed) {
   testing::scratch_dir dir;
   fixture fx;
-  const fs::path written = write_checkpoint(dir.path(), fx.layout, fx.state, fx.record, 0);
+  const fs::path written = write_checkpoint(dir.path(), fx.layout, fx.state, fx.record);
   const std::string bytes = testing::read_text(written / "model.safetensors");
   testing::write_text(written / "model.safetensors", bytes.substr(0, bytes.size() - 10));
   const std::string msg = error_of([&] { read_checkpoint(dir.path(), fx.layout); });
@@ -105,7 +246,7 @@ TEST(Checkpoint, TruncatedModelFileIsNamed) {
 TEST(Checkpoint, BadHeaderIsNamed) {
   testing::scratch_dir dir;
   fixture fx;
-  const fs::path written = write_checkpoint(dir.path(), fx.layout, fx.state, fx.record, 0);
+  const fs::path written = write_checkpoint(dir.path(), fx.layout, fx.state, fx.record);
   std::string bytes = testing::read_text(written / "optimizer.safetensors");
   bytes[10] = '#';
   testing::write_text(written / "optimizer.safetensors", bytes);
@@ -116,7 +257,7 @@ TEST(Checkpoint, BadHeaderIsNamed) {
 TEST(Checkpoint, CorruptTrainerRecordIsNamed) {
   testing::scratch_dir dir;
   fixture fx;
-  const fs::path written = write_checkpoint(dir.path(), fx.layout, fx.state, fx.record, 0);
+  const fs::path written = write_checkpoint(dir.path(), fx.layout, fx.state, fx.record);
   testing::write_text(written / "trainer.json", "{\"format\": \"dpactor-checkpoint-1\"}");
   const std::string msg = error_of([&] { read_checkpoint(written, fx.layout); });
   EXPECT_NE(msg.find("trainer.json: corrupt trainer record"), std::string::npos) << msg;
@@ -125,7 +266,7 @@ TEST(Checkpoint, CorruptTrainerRecordIsNamed) {
 TEST(Checkpoint, MalformedTrainerJsonIsNamed) {
   testing::scratch_dir dir;
   fixture fx;
-  const fs::path written = write_checkpoint(dir.path(), fx.layout, fx.state, fx.record, 0);
+  const fs::path written = write_checkpoint(dir.path(), fx.layout, fx.state, fx.record);
   const std::string good = testing::read_text(written / "trainer.json");
   testing::write_text(written / "trainer.json", good.substr(0, good.size() / 2));
   std::string msg = error_of([&] { read_checkpoint(written, fx.layout); });
@@ -138,13 +279,21 @@ TEST(Checkpoint, MalformedTrainerJsonIsNamed) {
   fractional.insert(fractional.find_first_of(",}", at), ".5");
   testing::write_text(written / "trainer.json", fractional);
   msg = error_of([&] { read_checkpoint(written, fx.layout); });
+  EXPECT_NE(msg.find("trainer.json: checksum mismatch"), std::string::npos) << msg;
+  // Without the checksum (a format-1 checkpoint, written before checksums),
+  // the value itself is refused.
+  std::string unchecked = fractional;
+  unchecked.replace(unchecked.find("dpactor-checkpoint-2"), 20, "dpactor-checkpoint-1");
+  unchecked.erase(unchecked.find(",\"crc32\""), std::string(",\"crc32\":\"00000000\"").size());
+  testing::write_text(written / "trainer.json", unchecked);
+  msg = error_of([&] { read_checkpoint(written, fx.layout); });
   EXPECT_NE(msg.find("step: expected an integer"), std::string::npos) << msg;
 }
 
 TEST(Checkpoint, ShapeMismatchNamesTheTensor) {
   testing::scratch_dir dir;
   fixture fx;
-  write_checkpoint(dir.path(), fx.layout, fx.state, fx.record, 0);
+  write_checkpoint(dir.path(), fx.layout, fx.state, fx.record);
   const state_layout other = make_state_layout(mlp_spec{{6, 4, 3}, activation::relu, loss_kind::cross_entropy}, optimizer_config{});
   const std::string msg = error_of([&] { read_checkpoint(dir.path(), other); });
   EXPECT_NE(msg.find("tensor \"0.weight\" has shape [5, 6], the model needs [4, 6]"), std::string::npos) << msg;
@@ -167,7 +316,7 @@ TEST(Checkpoint, FailedWriteLeavesNothingBehind) {
   testing::scratch_dir dir;
   fixture fx;
   fx.record.step = 5;
-  write_checkpoint(dir.path(), fx.layout, fx.state, fx.record, 0);
+  write_checkpoint(dir.path(), fx.layout, fx.state, fx.record);
   // A child process whose files may not grow past 100 bytes: the next
   // checkpoint fails part-way through its first file (works as root too).
   const pid_t pid = ::fork();
@@ -178,7 +327,7 @@ TEST(Checkpoint, FailedWriteLeavesNothingBehind) {
     ::setrlimit(RLIMIT_FSIZE, &limit);
     fx.record.step = 6;
     try {
-      write_checkpoint(dir.path(), fx.layout, fx.state, fx.record, 0);
+      write_checkpoint(dir.path(), fx.layout, fx.state, fx.record);
     } catch (const checkpoint_error&) {
       ::_exit(0);
     }

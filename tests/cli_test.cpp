@@ -204,6 +204,28 @@ TEST_F(Cli, SigintMidEpochCheckpointsAndTheResumedRunCompletes) {
   EXPECT_NE(testing::read_text(dir / "checkpoints" / "latest"), latest);
 }
 
+TEST_F(Cli, ASecondRunOnTheSameCheckpointDirectoryStopsAtOnceAndTheFirstIsUntouched) {
+  testing::cli_process first({"--model", "job.cfg", "--epochs", "100000", "--set", "train.log_every=1", "--metrics",
+                              "m.jsonl", "--checkpoint-dir", "shared", "--checkpoint-every", "5"},
+                             dir.path());
+  ASSERT_TRUE(testing::eventually(
+      [&] { return !first.running() || testing::read_text(dir / "m.jsonl").find("\"event\":\"step\"") != std::string::npos; },
+      std::chrono::seconds(120)))
+      << first.output_so_far();
+  ASSERT_TRUE(first.running()) << first.output_so_far();
+  fs::create_directories(dir / "second");  // its own working directory, for its own output file
+  const auto second = testing::run_cli(
+      {"--model", (dir / "job.cfg").string(), "--checkpoint-dir", (dir / "shared").string()}, dir / "second");
+  EXPECT_EQ(second.exit_code, 4) << second.output;
+  EXPECT_NE(second.output.find("shared is in use by another run (pid "), std::string::npos) << second.output;
+  EXPECT_EQ(second.output.find("epoch"), std::string::npos) << "the second run trained: " << second.output;
+  first.signal(SIGINT);
+  const auto stopped = first.wait();
+  EXPECT_EQ(stopped.exit_code, 130) << stopped.output;
+  const auto resumed = testing::run_cli({"--model", "job.cfg", "--epochs", "1", "--resume", "shared"}, dir.path());
+  EXPECT_NE(resumed.output.find("resuming from"), std::string::npos) << resumed.output;
+}
+
 TEST_F(Cli, SigtermExits143) {
   testing::cli_process child({"--model", "job.cfg", "--epochs", "100000", "--set", "train.log_every=1", "--metrics", "m.jsonl"},
                              dir.path());

@@ -56,6 +56,10 @@ job_config faulty_job(int replicas, std::vector<std::string> faults) {
   c.train.epochs = 3;
   c.train.verify_replicas = true;  // survivors and newcomers stay bitwise identical
   c.train.record_trained = true;   // the devices' own account of what they trained
+  // Generous: on a loaded machine a step can stall past the default (1 s)
+  // and make a fault generation the test did not ask for. The hang tests set
+  // their own.
+  c.cluster.hang_timeout_s = 30;
   c.faults.inject = std::move(faults);
   return c;
 }
@@ -368,6 +372,10 @@ TEST(Faults, AddAndRemoveDevicesFromAnotherThread) {
   job_config c = testing::small_job(2, 32, 4096);
   c.train.epochs = 1000;
   c.train.verify_replicas = true;
+  // This test is about joins and leaves: a step slowed past the default hang
+  // timeout (1 s) on a loaded machine made a fault generation in between
+  // (seen once in `ctest --repeat until-fail:10 --parallel 4` while a build ran).
+  c.cluster.hang_timeout_s = 60;
   std::mutex m;
   std::condition_variable changed;
   std::vector<membership_event> memberships;

@@ -59,7 +59,7 @@ TEST(Safetensors, CheckpointModelFileHasPyTorchSequentialNamesAndShapes) {
   std::vector<float> state(layout.total_size());
   for (std::size_t i = 0; i < state.size(); ++i) state[i] = static_cast<float>(i % 97) * 0.01f;
   trainer_record record;
-  const auto path = write_checkpoint(dir.path(), layout, state, record, 0);
+  const auto path = write_checkpoint(dir.path(), layout, state, record);
   const std::string bytes = testing::read_text(path / "model.safetensors");
   const std::uint64_t n = header_length(bytes);
   std::string header = bytes.substr(8, n);

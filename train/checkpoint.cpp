@@ -1,11 +1,15 @@
 #include "train/checkpoint.hpp"
 
+#include <fcntl.h>
+#include <stdio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 
 #include "tensors/error.hpp"
+#include "train/checkpoint_checksum.hpp"
 #include "tensors/file_io.hpp"
 #include "tensors/json.hpp"
 #include "tensors/safetensors.hpp"
@@ -33,7 +37,7 @@ std::vector<tensor_to_save> tensors_of(const state_layout& layout, std::span<con
 }
 
 json trainer_json(const trainer_record& r) {
-  return {{"format", "dpactor-checkpoint-1"},
+  return {{"format", "dpactor-checkpoint-2"},
           {"step", r.step},
           {"epoch", r.epoch},
           {"train_samples", r.train_samples},
@@ -45,10 +49,20 @@ json trainer_json(const trainer_record& r) {
 trainer_record parse_trainer_json(const std::string& text, const std::string& origin) {
   trainer_record r;
   try {
-    const json doc = json::parse(text);
+    json doc = json::parse(text);
     const auto format = doc.at("format").get<std::string>();
-    if (format != "dpactor-checkpoint-1")
+    if (format != "dpactor-checkpoint-1" && format != "dpactor-checkpoint-2")
       throw checkpoint_error(origin + ": unknown checkpoint format \"" + format + "\"");
+    r.checksummed = format == "dpactor-checkpoint-2";
+    if (r.checksummed && !doc.contains("crc32"))
+      throw checkpoint_error(origin + ": no \"crc32\", which format " + format + " requires: the file was damaged or replaced");
+    if (const auto stored = doc.find("crc32"); stored != doc.end()) {
+      const std::string expected = stored->get<std::string>();
+      doc.erase("crc32");
+      if (crc32_hex(doc.dump()) != expected)
+        throw checkpoint_error(origin + ": checksum mismatch (stored " + expected + ", contents give " +
+                               crc32_hex(doc.dump()) + "): the file was changed or damaged after it was written");
+    }
     r.step = json_int(doc.at("step"), "step");
     r.epoch = json_int(doc.at("epoch"), "epoch");
     r.train_samples = static_cast<std::uint64_t>(json_int(doc.at("train_samples"), "train_samples"));
@@ -89,47 +103,72 @@ void load_tensors(const safetensors_file& file, const std::string& origin, const
   }
 }
 
-void prune(const fs::path& root, std::int64_t keep, const fs::path& newest) {
-  if (keep <= 0) return;
-  std::vector<fs::path> found;
-  for (const auto& entry : fs::directory_iterator(root))
-    if (entry.is_directory() && entry.path().filename().string().rfind(checkpoint_prefix, 0) == 0) found.push_back(entry.path());
-  std::sort(found.begin(), found.end());
-  const auto excess = static_cast<std::int64_t>(found.size()) - keep;
-  for (std::int64_t i = 0; i < excess; ++i) {
-    if (found[static_cast<std::size_t>(i)] == newest) continue;
-    std::error_code ec;
-    fs::remove_all(found[static_cast<std::size_t>(i)], ec);
-  }
+}  // namespace
+
+namespace {
+
+std::function<void(std::string_view)>& crash_hook() {
+  static std::function<void(std::string_view)> hook;
+  return hook;
+}
+
+void crash_point(std::string_view point) {
+  if (crash_hook()) crash_hook()(point);
 }
 
 }  // namespace
 
+void set_checkpoint_crash_hook(std::function<void(std::string_view)> hook) { crash_hook() = std::move(hook); }
+
 fs::path write_checkpoint(const fs::path& root, const state_layout& layout, std::span<const float> state,
-                          const trainer_record& record, std::int64_t keep) {
+                          const trainer_record& record) {
   std::error_code ec;
   fs::create_directories(root, ec);
   if (ec) throw checkpoint_error("cannot create checkpoint directory " + root.string() + ": " + ec.message());
   const std::string name = checkpoint_name(record.step);
   const fs::path final_dir = root / name;
-  const fs::path tmp = root / (".tmp-" + name + "-" + std::to_string(::getpid()));
+  const fs::path tmp = root / (std::string(checkpoint_tmp_prefix) + name + "-" + std::to_string(::getpid()));
   fs::remove_all(tmp, ec);
   try {
     fs::create_directory(tmp);
     const std::size_t params = layout.parameter_tensors, all = layout.layout.tensors().size();
-    save_safetensors(tmp / "model.safetensors", tensors_of(layout, state, 0, params), {{"format", "pt"}});
+    const auto model = tensors_of(layout, state, 0, params);
+    string_pairs model_meta{{"format", "pt"}};
+    model_meta.emplace_back(tensor_checksum_key, tensor_file_checksum(model, model_meta));
+    save_safetensors(tmp / "model.safetensors", model, model_meta);
+    crash_point("model written");
     string_pairs opt_meta{{"format", "pt"}, {"step", std::to_string(read_step_counter(state, layout))}};
     std::string slots;
     for (const auto& s : layout.slots) slots += (slots.empty() ? "" : ",") + s;
     opt_meta.emplace_back("slots", slots);
-    save_safetensors(tmp / "optimizer.safetensors", tensors_of(layout, state, params, all), opt_meta);
-    write_file_synced(tmp / "trainer.json", trainer_json(record).dump() + "\n");
+    const auto optimizer = tensors_of(layout, state, params, all);
+    opt_meta.emplace_back(tensor_checksum_key, tensor_file_checksum(optimizer, opt_meta));
+    save_safetensors(tmp / "optimizer.safetensors", optimizer, opt_meta);
+    crash_point("optimizer written");
+    json trainer = trainer_json(record);
+    trainer["crc32"] = crc32_hex(trainer.dump());
+    write_file_synced(tmp / "trainer.json", trainer.dump() + "\n");
+    crash_point("trainer written");
     sync_directory(tmp);
-    if (fs::exists(final_dir)) fs::remove_all(final_dir);
-    fs::rename(tmp, final_dir);
+    crash_point("directory synced");
+    // A checkpoint of the same step (a resumed run rewriting it) is swapped
+    // with the new one in one step, never deleted first: at every moment the
+    // name holds a complete checkpoint, the old or the new.
+    bool replaced = false;
+    if (fs::exists(final_dir)) {
+      if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) != 0)
+        throw fs::filesystem_error("rename", tmp, final_dir, std::error_code(errno, std::generic_category()));
+      replaced = true;
+    } else {
+      fs::rename(tmp, final_dir);
+    }
+    crash_point("renamed");
     write_file_synced(root / "latest.tmp", name + "\n");
+    crash_point("latest written");
     fs::rename(root / "latest.tmp", root / "latest");
+    crash_point("latest renamed");
     sync_directory(root);
+    if (replaced) fs::remove_all(tmp, ec);  // now the old checkpoint
   } catch (const fs::filesystem_error& e) {
     fs::remove_all(tmp, ec);
     throw checkpoint_error("cannot write checkpoint " + final_dir.string() + ": " + e.code().message());
@@ -137,7 +176,6 @@ fs::path write_checkpoint(const fs::path& root, const state_layout& layout, std:
     fs::remove_all(tmp, ec);
     throw;
   }
-  prune(root, keep, final_dir);
   return final_dir;
 }
 
@@ -159,8 +197,10 @@ loaded_checkpoint read_checkpoint(const fs::path& path, const state_layout& layo
   out.state.assign(layout.total_size(), 0.0f);
   const std::size_t params = layout.parameter_tensors, all = layout.layout.tensors().size();
   const auto model = load_safetensors(dir / "model.safetensors");
+  verify_tensor_file(model, (dir / "model.safetensors").string(), out.record.checksummed);
   load_tensors(model, (dir / "model.safetensors").string(), layout, 0, params, out.state);
   const auto opt = load_safetensors(dir / "optimizer.safetensors");
+  verify_tensor_file(opt, (dir / "optimizer.safetensors").string(), out.record.checksummed);
   load_tensors(opt, (dir / "optimizer.safetensors").string(), layout, params, all, out.state);
   const std::string* step = opt.find_metadata("step");
   if (step == nullptr) throw checkpoint_error((dir / "optimizer.safetensors").string() + ": metadata has no \"step\"");
@@ -174,6 +214,7 @@ loaded_checkpoint read_checkpoint(const fs::path& path, const state_layout& layo
 
 std::vector<float> read_model_weights(const fs::path& file, const state_layout& layout) {
   const auto weights = load_safetensors(file);
+  verify_tensor_file(weights, file.string(), false);
   std::vector<float> params(layout.parameter_size, 0.0f);
   load_tensors(weights, file.string(), layout, 0, layout.parameter_tensors, params);
   return params;

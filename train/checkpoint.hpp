@@ -9,8 +9,10 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "data/epoch_ledger.hpp"
@@ -26,13 +28,29 @@ struct trainer_record {
   bool shuffle = true;
   std::uint64_t train_samples = 0;
   std::string config;  // the effective config, TOML
+  bool checksummed = true;  // read: the checkpoint's format carries checksums (See train/checkpoint_checksum.hpp)
 };
 
-// Writes a checkpoint of `state` (laid out by `layout`) under `root`, updates
-// DIR/latest, and deletes all but the newest `keep` (0 = keep all). Returns the
-// checkpoint's directory. Throws checkpoint_error; leaves no partial directory.
+// Writes a checkpoint of `state` (laid out by `layout`) under `root` and
+// points DIR/latest at it. Returns the checkpoint's directory. Throws
+// checkpoint_error; leaves no partial directory. The order on disk: every
+// file fsynced, the directory fsynced, renamed into place (swapped with a
+// checkpoint of the same step, never deleted first), then `latest` written,
+// fsynced and renamed, then the root fsynced; a crash at any point leaves
+// `latest` naming a complete checkpoint (tests/checkpoint_durability_test.cpp).
+// Deletes nothing else: pruning is checkpoint_directory's, which knows what
+// its run wrote.
 std::filesystem::path write_checkpoint(const std::filesystem::path& root, const state_layout& layout,
-                                       std::span<const float> state, const trainer_record& record, std::int64_t keep);
+                                       std::span<const float> state, const trainer_record& record);
+
+// Temporary directories are named "<prefix><checkpoint>-<pid>".
+inline constexpr const char* checkpoint_tmp_prefix = ".tmp-";
+
+// Test-only: called at each point of write_checkpoint between two writes
+// ("model written", "optimizer written", "trainer written", "directory
+// synced", "renamed", "latest written", "latest renamed"), so that a test can
+// end the process there as a crash would. Empty: nothing is called.
+void set_checkpoint_crash_hook(std::function<void(std::string_view)> hook);
 
 struct loaded_checkpoint {
   std::filesystem::path directory;

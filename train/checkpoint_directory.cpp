@@ -36,7 +36,7 @@ checkpoint_directory::checkpoint_directory(fs::path root) : root_(std::move(root
   lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (lock_fd_ < 0)
     throw checkpoint_error("cannot write to checkpoint directory " + root_.string() + ": " + std::strerror(errno));
-  if (false && ::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     const std::string holder = holder_of(lock_fd_);
     ::close(lock_fd_);

@@ -104,7 +104,7 @@ int run(int argc, char** argv, cli::signal_watch& signals) {
   });
   signals.start([&engine](int sig) {
     spdlog::warn("received {}: stopping at the next step boundary and writing a checkpoint (again to abort)",
-                 sig == SIGINT ? "SIGINT" : "SIGTERM");
+                 sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "SIGTERM");
     engine.stop();
   });
 

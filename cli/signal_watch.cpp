@@ -31,6 +31,13 @@ void signal_watch::start(std::function<void(int)> on_first) {
   action.sa_flags = SA_RESTART;
   ::sigaction(SIGINT, &action, nullptr);
   ::sigaction(SIGTERM, &action, nullptr);
+  ::sigaction(SIGHUP, &action, nullptr);  // a closed terminal or ssh session: stop with a checkpoint too
+  // A reader that went away (`dpactor ... | head`) makes writes fail with
+  // EPIPE instead of killing the run without a checkpoint.
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  ::sigaction(SIGPIPE, &ignore, nullptr);
   std::thread([this, on_first = std::move(on_first)] {
     for (;;) {
       unsigned char byte = 0;

@@ -1,5 +1,5 @@
 #pragma once
-// SIGINT and SIGTERM. The handler only writes the signal number to a pipe
+// SIGINT, SIGTERM and SIGHUP; SIGPIPE is ignored. The handler only writes the signal number to a pipe
 // (async-signal-safe); a thread of its own reads the pipe and reacts, so the
 // reaction may take locks and send messages. A handler rather than a blocked
 // mask, because libraries (OpenBLAS) start threads before main that would

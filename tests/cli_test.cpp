@@ -226,6 +226,23 @@ TEST_F(Cli, ASecondRunOnTheSameCheckpointDirectoryStopsAtOnceAndTheFirstIsUntouc
   EXPECT_NE(resumed.output.find("resuming from"), std::string::npos) << resumed.output;
 }
 
+TEST_F(Cli, SighupWritesACheckpointAndExits129AndSigpipeIsIgnored) {
+  testing::cli_process child({"--model", "job.cfg", "--epochs", "100000", "--set", "train.log_every=1", "--metrics", "m.jsonl"},
+                             dir.path());
+  ASSERT_TRUE(testing::eventually(
+      [&] { return !child.running() || testing::read_text(dir / "m.jsonl").find("\"event\":\"step\"") != std::string::npos; },
+      std::chrono::seconds(120)))
+      << "no step within 120 s: " << child.output_so_far();
+  child.signal(SIGPIPE);  // ignored: the run goes on
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ASSERT_TRUE(child.running()) << "SIGPIPE ended the run: " << child.output_so_far();
+  child.signal(SIGHUP);
+  const auto r = child.wait();
+  EXPECT_EQ(r.exit_code, 129) << r.output;
+  EXPECT_NE(r.output.find("received SIGHUP"), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::exists(dir / "checkpoints" / "latest"));
+}
+
 TEST_F(Cli, SigtermExits143) {
   testing::cli_process child({"--model", "job.cfg", "--epochs", "100000", "--set", "train.log_every=1", "--metrics", "m.jsonl"},
                              dir.path());

@@ -41,6 +41,16 @@ class Cli : public ::testing::Test {
                                              data_section + "[train]\nepochs = 2\nbatch_size = 8\n" + extra);
   }
 
+  // Returns once `child` has reported a step (its metrics file is m.jsonl); a
+  // child that ended first, or reported nothing in 120 s, fails the test.
+  void wait_until_training(testing::cli_process& child) {
+    ASSERT_TRUE(testing::eventually(
+        [&] { return !child.running() || testing::read_text(dir / "m.jsonl").find("\"event\":\"step\"") != std::string::npos; },
+        std::chrono::seconds(120)))
+        << "no step within 120 s: " << child.output_so_far();
+    ASSERT_TRUE(child.running()) << "the run ended before the signal: " << child.output_so_far();
+  }
+
   // Runs dpactor and checks the exit code and a fragment of its output, and
   // that no checkpoint was left behind.
   void expect_failure(const std::vector<std::string>& args, int code, const std::string& fragment) {
@@ -229,10 +239,7 @@ TEST_F(Cli, ASecondRunOnTheSameCheckpointDirectoryStopsAtOnceAndTheFirstIsUntouc
 TEST_F(Cli, SighupWritesACheckpointAndExits129AndSigpipeIsIgnored) {
   testing::cli_process child({"--model", "job.cfg", "--epochs", "100000", "--set", "train.log_every=1", "--metrics", "m.jsonl"},
                              dir.path());
-  ASSERT_TRUE(testing::eventually(
-      [&] { return !child.running() || testing::read_text(dir / "m.jsonl").find("\"event\":\"step\"") != std::string::npos; },
-      std::chrono::seconds(120)))
-      << "no step within 120 s: " << child.output_so_far();
+  ASSERT_NO_FATAL_FAILURE(wait_until_training(child));
   child.signal(SIGPIPE);  // ignored: the run goes on
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   ASSERT_TRUE(child.running()) << "SIGPIPE ended the run: " << child.output_so_far();
@@ -246,11 +253,7 @@ TEST_F(Cli, SighupWritesACheckpointAndExits129AndSigpipeIsIgnored) {
 TEST_F(Cli, SigtermExits143) {
   testing::cli_process child({"--model", "job.cfg", "--epochs", "100000", "--set", "train.log_every=1", "--metrics", "m.jsonl"},
                              dir.path());
-  ASSERT_TRUE(testing::eventually(
-      [&] { return !child.running() || testing::read_text(dir / "m.jsonl").find("\"event\":\"step\"") != std::string::npos; },
-      std::chrono::seconds(120)))
-      << "no step within 120 s: " << child.output_so_far();
-  ASSERT_TRUE(child.running()) << "the run ended before the signal: " << child.output_so_far();
+  ASSERT_NO_FATAL_FAILURE(wait_until_training(child));
   child.signal(SIGTERM);
   const auto r = child.wait();
   EXPECT_EQ(r.exit_code, 143) << r.output;

@@ -3,9 +3,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <cctype>
 #include <cstdlib>
+#include <span>
 
 #include <cblas.h>
 
@@ -16,30 +16,30 @@ namespace {
 // those openblas_get_corename() returns and OPENBLAS_CORETYPE accepts.
 enum class vector_width { sse = 0, avx = 1, avx2 = 2, avx512 = 3 };
 
-struct kernel_set {
-  std::string_view name;
-  vector_width width;
-};
-
-constexpr std::array kernel_sets{
-    kernel_set{"Katmai", vector_width::sse},      kernel_set{"Coppermine", vector_width::sse},
-    kernel_set{"Northwood", vector_width::sse},   kernel_set{"Prescott", vector_width::sse},
-    kernel_set{"Banias", vector_width::sse},      kernel_set{"Atom", vector_width::sse},
-    kernel_set{"Core2", vector_width::sse},       kernel_set{"Penryn", vector_width::sse},
-    kernel_set{"Dunnington", vector_width::sse},  kernel_set{"Nehalem", vector_width::sse},
-    kernel_set{"Athlon", vector_width::sse},      kernel_set{"Opteron", vector_width::sse},
-    kernel_set{"Opteron(SSE3)", vector_width::sse}, kernel_set{"Barcelona", vector_width::sse},
-    kernel_set{"Nano", vector_width::sse},        kernel_set{"Bobcat", vector_width::sse},
-    kernel_set{"Sandybridge", vector_width::avx}, kernel_set{"Bulldozer", vector_width::avx},
-    kernel_set{"Piledriver", vector_width::avx},  kernel_set{"Steamroller", vector_width::avx},
-    kernel_set{"Haswell", vector_width::avx2},    kernel_set{"Excavator", vector_width::avx2},
-    kernel_set{"Zen", vector_width::avx2},        kernel_set{"SkylakeX", vector_width::avx512},
-    kernel_set{"Cooperlake", vector_width::avx512}, kernel_set{"SapphireRapids", vector_width::avx512},
-};
+// Kernel sets with the widest vectors each uses (see vector_width).
+constexpr std::string_view sse_kernels[] = {"Katmai",  "Coppermine", "Northwood", "Prescott",      "Banias",
+                                            "Atom",    "Core2",      "Penryn",    "Dunnington",    "Nehalem",
+                                            "Athlon",  "Opteron",    "Nano",      "Opteron(SSE3)", "Barcelona",
+                                            "Bobcat"};
+constexpr std::string_view avx_kernels[] = {"Sandybridge", "Bulldozer", "Piledriver", "Steamroller"};
+constexpr std::string_view avx2_kernels[] = {"Haswell", "Excavator", "Zen"};
+constexpr std::string_view avx512_kernels[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
 
 bool same_name(std::string_view a, std::string_view b) {
   return std::equal(a.begin(), a.end(), b.begin(), b.end(),
                     [](char x, char y) { return std::tolower(x) == std::tolower(y); });
+}
+
+// The width of a kernel set named `name`, or nothing for a name not listed.
+std::optional<vector_width> width_of(std::string_view name) {
+  const auto in = [name](std::span<const std::string_view> names) {
+    return std::any_of(names.begin(), names.end(), [name](std::string_view n) { return same_name(n, name); });
+  };
+  if (in(sse_kernels)) return vector_width::sse;
+  if (in(avx_kernels)) return vector_width::avx;
+  if (in(avx2_kernels)) return vector_width::avx2;
+  if (in(avx512_kernels)) return vector_width::avx512;
+  return std::nullopt;
 }
 
 vector_width widest(const cpu_vector_features& cpu) {
@@ -78,11 +78,10 @@ std::string blas_kernels_in_use() {
 }
 
 std::optional<std::string> better_blas_kernels(std::string_view in_use, const cpu_vector_features& cpu) {
-  const auto known = std::find_if(kernel_sets.begin(), kernel_sets.end(),
-                                  [&](const kernel_set& k) { return same_name(k.name, in_use); });
-  if (known == kernel_sets.end()) return std::nullopt;
+  const auto width = width_of(in_use);
+  if (!width) return std::nullopt;
   const vector_width can = widest(cpu);
-  if (known->width >= can) return std::nullopt;
+  if (*width >= can) return std::nullopt;
   switch (can) {
     case vector_width::avx512: return std::string(cpu.avx512_bf16 ? "Cooperlake" : "SkylakeX");
     case vector_width::avx2: return std::string("Haswell");

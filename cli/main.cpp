@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <memory>
@@ -80,6 +81,9 @@ int run(int argc, char** argv, cli::signal_watch& signals) {
     return 0;
   }
 
+  // Before anything is opened for writing: the metrics file would truncate an input it names.
+  if (!opts.metrics.empty()) cli::refuse_metrics_on_inputs(opts.metrics, cli::run_inputs(opts, config));
+
   run_options run;
   run.resume_from = opts.resume;
   run.init_from = opts.init_from;
@@ -98,8 +102,14 @@ int run(int argc, char** argv, cli::signal_watch& signals) {
   }
   const bool terminal = ::isatty(STDOUT_FILENO) == 1;
   cli::progress_printer progress(stdout, terminal && !opts.quiet, config.train.epochs);
+  // A metrics write that fails (a full disk, an I/O error) stops the run as
+  // a signal does, with a checkpoint, and ends it with exit_internal.
+  std::atomic<bool> metrics_failed{false};
   engine.on_event([&](const event& e) {
-    if (metrics) metrics->write(to_json(e));
+    if (metrics && !metrics->write(to_json(e)) && !metrics_failed.exchange(true)) {
+      spdlog::error("{}; stopping at the next step boundary and writing a checkpoint", metrics->error().value_or(""));
+      engine.stop();
+    }
     if (!opts.quiet) progress.on_event(e);
   });
   signals.start([&engine](int sig) {
@@ -110,8 +120,15 @@ int run(int argc, char** argv, cli::signal_watch& signals) {
 
   engine.start();
   const run_summary summary = engine.wait();
-  if (metrics) metrics->write(to_json(summary));
+  if (metrics && !(metrics->write(to_json(summary)) && metrics->close()) && !metrics_failed.exchange(true))
+    spdlog::error("{}", metrics->error().value_or(""));
   progress.print_summary(summary);
+  if (metrics_failed) {
+    if (summary.stopped && !summary.checkpoint.empty())
+      spdlog::error("stopped because the metrics file could not be written; resume with --resume {}",
+                    summary.checkpoint);
+    return cli::exit_internal;
+  }
   if (const int sig = signals.received(); sig != 0) {
     if (!summary.checkpoint.empty())
       spdlog::warn("stopped by signal; resume with --resume {}", summary.checkpoint);

@@ -1,7 +1,10 @@
 #include "cli/options.hpp"
 
+#include <utility>
+
 #include <CLI/CLI.hpp>
 
+#include "config/job_config.hpp"
 #include "cli/exit_codes.hpp"
 #include "cli/version.hpp"
 
@@ -62,6 +65,24 @@ std::optional<int> parse_options(int argc, char** argv, options& out) {
   add("train.checkpoint_dir", checkpoint_dir);
   add("train.checkpoint_every", checkpoint_every);
   return std::nullopt;
+}
+
+std::vector<run_input> run_inputs(const options& opts, const job_config& config) {
+  std::vector<run_input> inputs;
+  auto add = [&](const char* what, std::string source, const std::string& path, bool directory = false) {
+    if (!path.empty()) inputs.push_back({what, std::move(source), path, directory});
+  };
+  add("the config file", "--model", opts.model);
+  // Every data key that is set, whatever data.format uses: none is an output.
+  const data_config& d = config.data;
+  const std::pair<const char*, const std::string*> data_keys[] = {
+      {"train_images", &d.train_images}, {"train_labels", &d.train_labels}, {"test_images", &d.test_images},
+      {"test_labels", &d.test_labels},   {"train_file", &d.train_file},     {"test_file", &d.test_file}};
+  for (const auto& [key, path] : data_keys) add("a data file", std::string("data.") + key, *path);
+  add("the weights to start from", "--init-from", opts.init_from);
+  add("the checkpoint directory", "train.checkpoint_dir", config.train.checkpoint_dir, true);
+  add("the checkpoint to resume from", "--resume", opts.resume, true);
+  return inputs;
 }
 
 }  // namespace dpactor::cli

@@ -5,6 +5,10 @@
 #include <string>
 #include <vector>
 
+namespace dpactor {
+struct job_config;
+}
+
 namespace dpactor::cli {
 
 struct options {
@@ -25,5 +29,18 @@ struct options {
 // Parses argv. Returns the exit code to end with when parsing ends the program
 // (--help, --version, a usage error, which it reports), or nullopt to run.
 std::optional<int> parse_options(int argc, char** argv, options& out);
+
+// A path a run reads, or a directory of checkpoints it reads or writes, that
+// an output file (--metrics) must not overwrite.
+struct run_input {
+  std::string what;    // for messages: "the config file", "a data file"
+  std::string source;  // the option or key that names it: "--model", "data.train_images"
+  std::string path;    // as given: relative paths are relative to the working directory
+  bool directory = false;  // a directory: nothing inside it may be named either
+};
+
+// The config file, every data file `config` names, the --init-from weights,
+// train.checkpoint_dir and the --resume checkpoint; those not set are left out.
+std::vector<run_input> run_inputs(const options& opts, const job_config& config);
 
 }  // namespace dpactor::cli

@@ -260,5 +260,46 @@ TEST_F(Cli, SigtermExits143) {
   EXPECT_TRUE(fs::exists(dir / "checkpoints" / "latest"));
 }
 
+TEST_F(Cli, MetricsNamingTheConfigFileIsRefusedBeforeTrainingAndTheConfigIsUntouched) {
+  const std::string config = testing::read_text(dir / "job.cfg");
+  expect_failure({"--model", "job.cfg", "--metrics", "job.cfg"}, 2,
+                 "--metrics job.cfg: is the config file (--model job.cfg)");
+  fs::create_symlink(dir / "job.cfg", dir / "link.cfg");  // the same file by another name
+  expect_failure({"--model", "job.cfg", "--metrics", "link.cfg"}, 2, "--metrics link.cfg: is the config file");
+  EXPECT_EQ(testing::read_text(dir / "job.cfg"), config);
+}
+
+TEST_F(Cli, MetricsNamingADataFileIsRefusedBeforeTrainingAndTheDataIsUntouched) {
+  const std::string labels = testing::read_text(dir / "labels.idx");
+  // The config names it by its absolute path; the option by a relative one.
+  expect_failure({"--model", "job.cfg", "--metrics", "./labels.idx"}, 2,
+                 "--metrics ./labels.idx: is a data file (data.train_labels = " + (dir / "labels.idx").string() + ")");
+  EXPECT_EQ(testing::read_text(dir / "labels.idx"), labels);
+}
+
+TEST_F(Cli, MetricsInsideTheCheckpointDirectoryIsRefused) {
+  expect_failure({"--model", "job.cfg", "--checkpoint-dir", "ckpt", "--metrics", "ckpt/m.jsonl"}, 2,
+                 "--metrics ckpt/m.jsonl: is inside the checkpoint directory (train.checkpoint_dir = ckpt)");
+  EXPECT_FALSE(fs::exists(dir / "ckpt"));
+}
+
+TEST_F(Cli, AMetricsWriteErrorStopsTheRunWithACheckpointAndExitsOne) {
+  // Every write to /dev/full fails with ENOSPC, as on a full disk.
+  testing::cli_process child({"--model", "job.cfg", "--epochs", "100000", "--set", "train.log_every=1", "--metrics", "/dev/full"},
+                             dir.path());
+  const auto r = child.wait(std::chrono::seconds(120));  // a run that ignored the error would train on
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("--metrics /dev/full: cannot write: No space left on device"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("resume with --resume checkpoints/step-"), std::string::npos) << r.output;
+  ASSERT_TRUE(fs::exists(dir / "checkpoints" / "latest")) << r.output;
+  // The checkpoint resumes: a run to the end of its epoch (5 steps an epoch) completes.
+  const std::string latest = testing::read_text(dir / "checkpoints" / "latest");
+  const long long step = std::stoll(latest.substr(latest.find('-') + 1));
+  const auto resumed = testing::run_cli(
+      {"--model", "job.cfg", "--epochs", std::to_string(step / 5 + 1), "--resume", "checkpoints"}, dir.path());
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resuming from"), std::string::npos) << resumed.output;
+}
+
 }  // namespace
 }  // namespace dpactor

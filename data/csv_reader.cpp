@@ -29,6 +29,22 @@ void split(std::string_view line, std::vector<std::string_view>& fields) {
   }
 }
 
+// A class label in [0, classes), checked before it is narrowed to int32: a
+// label that does not fit (4294967297, -1, 99999999999999999999) is refused,
+// never wrapped.
+std::int32_t parse_label(std::string_view field, int classes, std::size_t sample, const std::string& where) {
+  long long label = 0;
+  const auto [p, ec] = std::from_chars(field.data(), field.data() + field.size(), label);
+  const bool too_big = ec == std::errc::result_out_of_range;
+  if ((ec != std::errc() && !too_big) || p != field.data() + field.size())
+    throw data_error(where + ": label '" + std::string(field) + "' is not an integer");
+  if (too_big || label < 0 || label >= classes)
+    throw data_error(where + ": label " + std::string(field) + " of sample " + std::to_string(sample) +
+                     " is out of range: the model has " + std::to_string(classes) + " classes (labels 0.." +
+                     std::to_string(classes - 1) + ")");
+  return static_cast<std::int32_t>(label);
+}
+
 }  // namespace
 
 dataset read_csv(const std::filesystem::path& path, const csv_options& options) {
@@ -63,12 +79,8 @@ dataset read_csv(const std::filesystem::path& path, const csv_options& options) 
     for (std::size_t f = 0; f < fields.size(); ++f) {
       const std::string_view field = fields[f];
       if (f == label_index) {
-        long label = 0;
-        auto [p, ec] = std::from_chars(field.data(), field.data() + field.size(), label);
-        if (ec != std::errc() || p != field.data() + field.size())
-          throw data_error(where + ":" + std::to_string(line_no) + ": field " + std::to_string(f + 1) + ": label '" +
-                           std::string(field) + "' is not an integer");
-        labels.push_back(static_cast<std::int32_t>(label));
+        labels.push_back(parse_label(field, options.num_classes, labels.size(),
+                                     where + ":" + std::to_string(line_no) + ": field " + std::to_string(f + 1)));
         continue;
       }
       float value = 0.0f;

@@ -16,7 +16,8 @@ struct csv_options {
 
 // Throws data_error naming the file, line and field of the first problem:
 // missing file, empty file, a row with a different field count, a value that
-// is not a number, a label that is not an integer.
+// is not a number, a label that is not an integer or is outside
+// [0, num_classes) (checked as written, before any narrowing).
 dataset read_csv(const std::filesystem::path& path, const csv_options& options);
 
 }  // namespace dpactor

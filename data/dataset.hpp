@@ -22,6 +22,8 @@ struct dataset {
   aligned_buffer<std::int32_t> labels;  // rows
 
   dataset() = default;
+  // Throws data_error naming the sizes when rows x feature_count does not fit
+  // in memory (an overflowing size is refused before anything is allocated).
   dataset(std::string name, std::size_t rows, std::size_t feature_count, int num_classes);
 
   batch_ref batch(std::span<const std::uint32_t> indices) const noexcept {

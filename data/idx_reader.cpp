@@ -2,10 +2,13 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <memory>
+#include <string>
 
 #include "tensors/error.hpp"
 
@@ -36,16 +39,19 @@ class gz_input {
       if (got < 0) {
         int code = 0;
         const char* msg = gzerror(file_, &code);
-        throw data_error(path_.string() + ": corrupt or truncated data while reading " + what + ": " + msg);
+        throw data_error(path_.string() + ": corrupt or truncated data after " + std::to_string(offset_) +
+                         " bytes, while reading " + what + ": " + msg);
       }
       if (got == 0) {
         int code = 0;
         const char* msg = gzerror(file_, &code);
-        throw data_error(path_.string() + ": truncated: the file ends inside the " + what +
+        throw data_error(path_.string() + ": truncated: the file ends after " + std::to_string(offset_) +
+                         " bytes, inside the " + what +
                          (code != Z_OK && code != Z_STREAM_END ? std::string(" (") + msg + ")" : std::string()));
       }
       p += got;
       n -= static_cast<std::size_t>(got);
+      offset_ += static_cast<std::size_t>(got);
     }
   }
 
@@ -54,10 +60,23 @@ class gz_input {
     return gzread(file_, &extra, 1) == 0;
   }
 
+  // True when the file is read as it is (not gzip), after the first read.
+  bool plain() { return gzdirect(file_) == 1; }
+  // Bytes read so far (decompressed, for gzip).
+  std::size_t offset() const noexcept { return offset_; }
+
  private:
   std::filesystem::path path_;
   gzFile file_ = nullptr;
+  std::size_t offset_ = 0;
 };
+
+// Headers that declare more values than this are refused as corrupt: 2^34
+// values are 16 GiB as u8, 64 GiB once converted to float.
+constexpr std::size_t max_values = std::size_t{1} << 34;
+// Values are read and converted this many bytes at a time (a multiple of
+// every element size).
+constexpr std::size_t read_chunk_bytes = std::size_t{1} << 20;
 
 std::uint32_t big_endian_u32(const unsigned char* b) {
   return (std::uint32_t{b[0]} << 24) | (std::uint32_t{b[1]} << 16) | (std::uint32_t{b[2]} << 8) | b[3];
@@ -109,19 +128,52 @@ idx_array read_idx(const std::filesystem::path& path) {
     throw data_error(path.string() + ": bad magic number " + hex +
                      ": not an IDX file (expected 0x0000TTNN, e.g. 0x00000803 for images, 0x00000801 for labels)");
   }
+  // The header's sizes are checked before anything is allocated: their
+  // product, then (for a plain file) against the bytes the file really has.
   std::size_t count = 1;
+  bool overflow = false;
+  std::string shape;
   for (int d = 0; d < magic[3]; ++d) {
     unsigned char b[4];
     in.read(b, 4, "dimensions");
     out.dims.push_back(big_endian_u32(b));
-    count *= out.dims.back();
+    shape += (d == 0 ? "" : " x ") + std::to_string(out.dims.back());
+    overflow = overflow || __builtin_mul_overflow(count, std::size_t{out.dims.back()}, &count);
   }
-  if (count > (std::size_t{1} << 34)) throw data_error(path.string() + ": implausible dimensions (corrupt header?)");
-  std::vector<unsigned char> raw(count * elem);
-  in.read(raw.data(), raw.size(), std::to_string(count) + " values its header declares");
-  if (!in.at_end()) throw data_error(path.string() + ": has data after the " + std::to_string(count) + " values its header declares");
-  out.values.resize(count);
-  for (std::size_t i = 0; i < count; ++i) out.values[i] = convert(out.type_code, raw.data() + i * elem);
+  if (overflow || count > max_values)
+    throw data_error(path.string() + ": header declares dimensions " + shape + ", " +
+                     (overflow ? std::string("whose product overflows 64 bits")
+                               : std::to_string(count) + " values, more than the " + std::to_string(max_values) +
+                                     " this reader accepts") +
+                     " (corrupt header?)");
+  const std::size_t header_bytes = in.offset();
+  const std::size_t value_bytes = count * elem;
+  const std::string declared = std::to_string(count) + " values its header declares (" + shape + ")";
+  std::error_code ec;
+  const std::uintmax_t file_bytes = in.plain() ? std::filesystem::file_size(path, ec) : 0;
+  if (in.plain() && !ec && file_bytes >= header_bytes) {
+    const std::uintmax_t after_header = file_bytes - header_bytes;
+    if (after_header < value_bytes)
+      throw data_error(path.string() + ": truncated: the " + declared + " take " + std::to_string(value_bytes) +
+                       " bytes after the " + std::to_string(header_bytes) + "-byte header, but the file has only " +
+                       std::to_string(after_header));
+    if (after_header > value_bytes)
+      throw data_error(path.string() + ": has data after the " + declared + ": they take " +
+                       std::to_string(value_bytes) + " bytes after the " + std::to_string(header_bytes) +
+                       "-byte header, the file has " + std::to_string(after_header));
+    out.values.reserve(count);
+  }
+  // Read in pieces, so that memory follows the data that is really there
+  // (a gzip stream's length is not known until it ends).
+  std::vector<unsigned char> raw(std::min(value_bytes, read_chunk_bytes));
+  for (std::size_t done = 0; done < count;) {
+    const std::size_t n = std::min(count - done, raw.size() / elem);
+    in.read(raw.data(), n * elem, declared);
+    out.values.resize(done + n);
+    for (std::size_t i = 0; i < n; ++i) out.values[done + i] = convert(out.type_code, raw.data() + i * elem);
+    done += n;
+  }
+  if (!in.at_end()) throw data_error(path.string() + ": has data after the " + declared);
   return out;
 }
 

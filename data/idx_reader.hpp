@@ -17,7 +17,9 @@ struct idx_array {
 };
 
 // Throws data_error naming the file and the problem (missing, bad magic,
-// unsupported type, truncated, corrupt gzip stream).
+// unsupported type, dimensions whose product overflows or is more than the
+// file holds, truncated, corrupt gzip stream). The header's sizes are checked
+// before anything is allocated; memory follows the data really read.
 idx_array read_idx(const std::filesystem::path& path);
 
 }  // namespace dpactor

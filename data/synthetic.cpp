@@ -4,12 +4,19 @@
 #include <numbers>
 #include <vector>
 
+#include "tensors/error.hpp"
 #include "tensors/rng.hpp"
 
 namespace dpactor {
 
 dataset make_synthetic(const synthetic_options& o) {
-  dataset out("synthetic(seed=" + std::to_string(o.seed) + ")", o.rows, o.features, o.classes);
+  dataset out = [&o] {
+    try {
+      return dataset("synthetic(seed=" + std::to_string(o.seed) + ")", o.rows, o.features, o.classes);
+    } catch (const data_error& e) {
+      throw data_error(std::string(e.what()) + "; data.synthetic_train and data.synthetic_test set the sample counts");
+    }
+  }();
   rng centre_gen(o.seed, 0xC0FFEE);
   std::vector<float> centres(static_cast<std::size_t>(o.classes) * o.features);
   for (float& c : centres) c = static_cast<float>(centre_gen.uniform(-1.0, 1.0));

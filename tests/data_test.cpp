@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
 #include <zlib.h>
 
 #include <string>
@@ -86,6 +87,47 @@ TEST(Idx, MissingFileIsNamed) {
   EXPECT_NE(msg.find("/nonexistent/train.idx: no such file"), std::string::npos) << msg;
 }
 
+TEST(Idx, DimensionsWhoseProductOverflowsAreRefused) {
+  // 65536^4 = 2^64 wrapped to 0 values, and the reader returned an empty array
+  // for a header that declares 2^64.
+  scratch_dir dir;
+  testing::write_text(dir / "wrap.idx", testing::idx_bytes(0x08, {65536, 65536, 65536, 65536}, {}));
+  const std::string msg = error_of([&] { read_idx(dir / "wrap.idx"); });
+  EXPECT_NE(msg.find("wrap.idx: header declares dimensions 65536 x 65536 x 65536 x 65536, whose product overflows"),
+            std::string::npos)
+      << msg;
+}
+
+TEST(Idx, DimensionsBeyondThePlainFilesSizeAreRefusedBeforeAllocating) {
+  scratch_dir dir;
+  testing::write_text(dir / "big.idx", testing::idx_bytes(0x08, {100000, 1000}, std::vector<std::uint8_t>(10)));
+  const std::string msg = error_of([&] { read_idx(dir / "big.idx"); });
+  EXPECT_NE(msg.find("big.idx: truncated: the 100000000 values its header declares (100000 x 1000) take 100000000 "
+                     "bytes after the 12-byte header, but the file has only 10"),
+            std::string::npos)
+      << msg;
+  testing::write_text(dir / "long.idx", testing::idx_bytes(0x08, {2}, {1, 2, 3}));
+  EXPECT_NE(error_of([&] { read_idx(dir / "long.idx"); }).find("long.idx: has data after the 2 values"), std::string::npos);
+}
+
+TEST(Idx, AGzipHeaderDeclaringAGibibyteAllocatesOnlyWhatTheStreamHolds) {
+  // A gzip stream's length is unknown until it ends: the reader reads in
+  // pieces instead of allocating what the header declares (2^30 bytes here).
+  scratch_dir dir;
+  write_gz(dir / "claims.idx.gz", testing::idx_bytes(0x08, {1u << 20, 1u << 10}, std::vector<std::uint8_t>(100, 7)));
+  const auto peak_kib = [] {
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    return usage.ru_maxrss;
+  };
+  const long before = peak_kib();
+  const std::string msg = error_of([&] { read_idx(dir / "claims.idx.gz"); });
+  EXPECT_NE(msg.find("claims.idx.gz: truncated: the file ends after 112 bytes, inside the 1073741824 values"),
+            std::string::npos)
+      << msg;
+  EXPECT_LT(peak_kib() - before, 256 * 1024) << "growth of the peak resident set, KiB";
+}
+
 TEST(Csv, ReadsLabelAndFeaturesWithHeader) {
   scratch_dir dir;
   testing::write_text(dir / "d.csv", "label,a,b\n1, 0.5, 2\n0,-1,3e2\r\n\n2,0,0\n");
@@ -123,6 +165,22 @@ TEST(Csv, LabelOutOfRangeIsNamed) {
   testing::write_text(dir / "l.csv", "1,2\n7,1\n");
   const std::string msg = error_of([&] { read_csv(dir / "l.csv", {false, 0, 3}); });
   EXPECT_NE(msg.find("label 7 of sample 1 is out of range: the model has 3 classes"), std::string::npos) << msg;
+}
+
+TEST(Csv, ALabelOutsideTheClassesIsRefusedWithFileAndLineBeforeNarrowing) {
+  // 4294967297 was cast to int32 and became class 1.
+  scratch_dir dir;
+  for (const std::string label : {"4294967297", "-1", "3", "99999999999999999999"}) {
+    testing::write_text(dir / "l.csv", "# header\n1,2\n" + label + ",1\n");
+    const std::string msg = error_of([&] { read_csv(dir / "l.csv", {true, 0, 3}); });
+    EXPECT_NE(msg.find("l.csv:3: field 1: label " + label + " of sample 1 is out of range: the model has 3 classes "
+                       "(labels 0..2)"),
+              std::string::npos)
+        << msg;
+  }
+  testing::write_text(dir / "l.csv", "1,2\n1.5,1\n");
+  EXPECT_NE(error_of([&] { read_csv(dir / "l.csv", {false, 0, 3}); }).find("l.csv:2: field 1: label '1.5' is not an integer"),
+            std::string::npos);
 }
 
 TEST(Loading, IdxLabelBeyondTheModelsClassesIsNamed) {
@@ -180,6 +238,26 @@ TEST(Synthetic, IsSeededAndLabelsInRange) {
   EXPECT_EQ(std::memcmp(a.features.data(), b.features.data(), a.features.size() * 4), 0);
   for (std::size_t i = 0; i < a.rows; ++i) ASSERT_TRUE(a.labels[i] >= 0 && a.labels[i] < o.classes);
   a.check_labels();
+}
+
+TEST(Synthetic, ASampleCountWhoseSizeOverflowsIsADataError) {
+  // 2^62 x 784 floats wrapped to a small buffer, and filling it segfaulted.
+  synthetic_options o;
+  o.rows = std::size_t{1} << 62;
+  o.features = 784;
+  const std::string msg = error_of([&] { make_synthetic(o); });
+  EXPECT_NE(msg.find("synthetic(seed=1): 4611686018427387904 samples x 784 features do not fit in memory"),
+            std::string::npos)
+      << msg;
+}
+
+TEST(Loading, ASyntheticTrainSetThatOverflowsNamesTheKeys) {
+  data_config c;
+  c.format = data_format::synthetic;
+  c.synthetic_train = std::int64_t{1} << 62;
+  const std::string msg = error_of([&] { load_data(c, 784, 10); });
+  EXPECT_NE(msg.find("4611686018427387904 samples x 784 features do not fit in memory"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("data.synthetic_train"), std::string::npos) << msg;
 }
 
 }  // namespace

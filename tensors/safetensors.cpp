@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <optional>
 
 #include "tensors/error.hpp"
 #include "tensors/file_io.hpp"
@@ -25,10 +26,19 @@ std::size_t dtype_size(const std::string& dtype) {
   return 0;
 }
 
-std::uint64_t shape_numel(const std::vector<std::int64_t>& shape) {
-  std::uint64_t n = 1;
-  for (const auto d : shape) n *= static_cast<std::uint64_t>(d);
+// The bytes a tensor's shape and dtype need, or nullopt when that overflows
+// 64 bits (a shape of [2^62, 4] must not wrap to 0 bytes and pass).
+std::optional<std::uint64_t> tensor_bytes(const std::vector<std::int64_t>& shape, std::size_t elem) {
+  std::uint64_t n = elem;
+  for (const auto d : shape)
+    if (__builtin_mul_overflow(n, static_cast<std::uint64_t>(d), &n)) return std::nullopt;
   return n;
+}
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i == 0 ? "" : ", ") + std::to_string(shape[i]);
+  return s + "]";
 }
 
 }  // namespace
@@ -88,7 +98,7 @@ safetensors_file decode_safetensors(std::string_view bytes, const std::string& o
   json header;
   try {
     header = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e99999
     throw fail(std::string("header: ") + e.what());
   }
   if (!header.is_object()) throw fail("header is not a JSON object");
@@ -103,14 +113,20 @@ safetensors_file decode_safetensors(std::string_view bytes, const std::string& o
   try {
     for (const auto& [name, entry] : header.items()) {
       if (name == "__metadata__") {
-        for (const auto& [k, v] : entry.items()) file.metadata.emplace_back(k, v.get<std::string>());
+        if (!entry.is_object()) throw fail("__metadata__ is not a JSON object");
+        for (const auto& [k, v] : entry.items()) {
+          if (!v.is_string()) throw fail("__metadata__ \"" + k + "\" is not a string");
+          file.metadata.emplace_back(k, v.get<std::string>());
+        }
         continue;
       }
+      if (!entry.is_object()) throw fail("tensor \"" + name + "\": entry is not a JSON object");
       loaded_tensor t;
       t.name = name;
       t.dtype = entry.at("dtype").get<std::string>();
       const std::size_t elem = dtype_size(t.dtype);
       if (elem == 0) throw fail("tensor \"" + name + "\" has unknown dtype \"" + t.dtype + "\"");
+      if (!entry.at("shape").is_array()) throw fail("tensor \"" + name + "\": shape is not an array");
       for (const auto& d : entry.at("shape")) {
         const std::int64_t dim = json_int(d, "tensor \"" + name + "\": shape");
         if (dim < 0) throw fail("tensor \"" + name + "\" has a negative dimension");
@@ -126,11 +142,16 @@ safetensors_file decode_safetensors(std::string_view bytes, const std::string& o
       if (end > data.size())
         throw fail("tensor \"" + name + "\" ends at byte " + std::to_string(end) + " but the data section has " +
                    std::to_string(data.size()) + " bytes (truncated file?)");
-      if (end - begin != shape_numel(t.shape) * elem)
+      const std::optional<std::uint64_t> bytes = tensor_bytes(t.shape, elem);
+      if (!bytes)
+        throw fail("tensor \"" + name + "\": shape " + shape_text(t.shape) + " of " + t.dtype +
+                   " needs more than 2^64 bytes");
+      if (end - begin != *bytes)
         throw fail("tensor \"" + name + "\": data_offsets span " + std::to_string(end - begin) +
-                   " bytes, its shape and dtype need " + std::to_string(shape_numel(t.shape) * elem));
-      if (t.dtype == "F32") {
-        t.values.resize(shape_numel(t.shape));
+                   " bytes, its shape " + shape_text(t.shape) + " and dtype need " + std::to_string(*bytes));
+      if (t.dtype == "F32" && end > begin) {
+        // Bounded by the data section: end <= data.size() was checked above.
+        t.values.resize(*bytes / sizeof(float));
         std::memcpy(t.values.data(), data.data() + begin, end - begin);
       }
       spans.push_back({begin, end, file.tensors.size()});

@@ -117,5 +117,53 @@ TEST(Safetensors, RejectsCorruptFilesNamingTheProblem) {
   expect_rejected(overlap, "overlap or hole");
 }
 
+// A header `text` (padded to 8 bytes) and `data`, as a safetensors file.
+std::string with_header(std::string text, const std::string& data) {
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::string out(8, '\0');
+  const std::uint64_t n = text.size();
+  std::memcpy(out.data(), &n, 8);
+  return out + text + data;
+}
+
+TEST(Safetensors, AShapeWhoseByteCountOverflowsIsRefusedBeforeAllocating) {
+  // 2^62 floats are 2^64 bytes, which wrapped to 0 and matched the empty span;
+  // the reader then asked for 2^62 floats.
+  expect_rejected(with_header(R"({"a":{"dtype":"F32","shape":[4611686018427387904,1],"data_offsets":[0,0]}})", ""),
+                  "tensor \"a\": shape [4611686018427387904, 1] of F32 needs more than 2^64 bytes");
+  expect_rejected(with_header(R"({"a":{"dtype":"F16","shape":[4294967296,4294967296,2],"data_offsets":[0,0]}})", ""),
+                  "needs more than 2^64 bytes");
+}
+
+TEST(Safetensors, AHeaderLengthNearTwoToThe64IsRefusedBeforeAllocating) {
+  std::string bytes = with_header("{}", "");
+  std::memset(bytes.data(), 0xff, 8);
+  expect_rejected(bytes, "header length 18446744073709551615 exceeds the file size 16");
+}
+
+// Found by fuzz/safetensors_fuzz.cpp: a number too large for a double
+// escaped the header's parse as json::out_of_range.
+TEST(Safetensors, AHeaderNumberOutOfRangeIsRefused) {
+  expect_rejected(with_header(R"({"a":{"dtype":"F32","shape":[1e99999],"data_offsets":[0,0]}})", ""),
+                  "header: [json.exception.out_of_range.406] number overflow");
+}
+
+// Found by fuzz/safetensors_fuzz.cpp (UBSan): an empty F32 tensor was
+// copied with memcpy from a null pointer.
+TEST(Safetensors, AnEmptyF32TensorLoadsWithNoValues) {
+  const safetensors_file f =
+      decode_safetensors(with_header(R"({"e":{"dtype":"F32","shape":[0,4],"data_offsets":[0,0]}})", ""), "f.safetensors");
+  ASSERT_EQ(f.tensors.size(), 1u);
+  EXPECT_EQ(f.tensors[0].shape, (std::vector<std::int64_t>{0, 4}));
+  EXPECT_TRUE(f.tensors[0].values.empty());
+}
+
+TEST(Safetensors, MetadataAndShapesOfTheWrongJsonTypeAreRefused) {
+  expect_rejected(with_header(R"({"__metadata__":{"step":3}})", ""), "__metadata__ \"step\" is not a string");
+  expect_rejected(with_header(R"({"__metadata__":"x"})", ""), "__metadata__ is not a JSON object");
+  expect_rejected(with_header(R"({"a":{"dtype":"F32","shape":4,"data_offsets":[0,16]}})", std::string(16, '\0')),
+                  "tensor \"a\": shape is not an array");
+}
+
 }  // namespace
 }  // namespace dpactor

@@ -77,8 +77,13 @@ void apply_override(toml::table& root, const std::string& assignment) {
   try {
     parsed = toml::parse("v = " + value, origin);
   } catch (const toml::parse_error&) {
-    // A bare word: take it as a string.
-    parsed = toml::parse("v = " + quote(value), origin);
+    // A bare word: take it as a string (which fails only for text that is
+    // not UTF-8).
+    try {
+      parsed = toml::parse("v = " + quote(value), origin);
+    } catch (const toml::parse_error& e) {
+      throw config_error(origin + ": the value is neither a TOML value nor a string: " + std::string(e.description()));
+    }
   }
   toml::table* target = root[section].as_table();
   if (target == nullptr) {

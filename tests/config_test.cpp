@@ -110,6 +110,14 @@ TEST(Config, SetOverridesApplyWithTheSameChecks) {
   EXPECT_NE(error_of("", {"epochs=1"}).find("expected section.key=value"), std::string::npos);
 }
 
+// Found by fuzz/config_fuzz.cpp: a --set value that is not UTF-8 failed both
+// readings (as TOML, then as a string) and escaped as a toml::parse_error.
+TEST(Config, ASetValueThatIsNotUtf8IsAConfigErrorNamingTheOverride) {
+  const std::string msg = error_of("", {"optimizer.lr=0.\xc5\xf5"});
+  EXPECT_NE(msg.find("--set optimizer.lr=0."), std::string::npos) << msg;
+  EXPECT_NE(msg.find("neither a TOML value nor a string"), std::string::npos) << msg;
+}
+
 TEST(Config, MissingFileIsNamed) {
   try {
     load_job_config("/nonexistent/job.cfg");

@@ -55,8 +55,14 @@ void run_step(device_ptr self, const step_shard& shard) {
   st.late.step = shard.step;
   const std::span<const float> header =
       st.runner->synchronize(c, returned, model, *st.comm, st.setup->collective, &st.late, st.setup->schedule);
-  st.last_step = shard.step;
-  if (st.setup->on_trained)
+  const bool applied = st.runner->applied();
+  // See Note [Non-finite steps]: stopped, this replica keeps the state of
+  // the step before, for the final checkpoint.
+  if (!applied && st.setup->on_nonfinite == nonfinite_policy::stop) st.halted = true;
+  else st.last_step = shard.step;
+  st.setup->control->progress.mark(device_phase::data, shard.step + 1);
+  st.setup->control->progress.end_warm_up();
+  if (st.setup->on_trained && !st.halted)
     st.setup->on_trained(trained_event{st.setup->name, shard.step, shard.epoch, c.stats.samples, c.digest, carried});
   if (st.rank == 0 || st.setup->verify_replicas) {
     const auto m = static_cast<std::size_t>(st.comm->size());
@@ -69,6 +75,8 @@ void run_step(device_ptr self, const step_shard& shard) {
     rec.member_samples.assign(samples.begin(), samples.end());
     rec.member_returned.assign(back.begin(), back.end());
     rec.lr = st.runner->applied_lr();
+    rec.nonfinite = static_cast<std::int64_t>(header[h_nonfinite]);
+    rec.applied = applied;
     st.records.push_back(std::move(rec));
   }
 }
@@ -96,6 +104,9 @@ device_actor::behavior_type device_behavior(device_ptr self, std::shared_ptr<dev
   self->state.late.self = self;
   const auto& s = *self->state.setup;
   self->state.runner.emplace(s.id, s.faults, s.fault_seed, s.late_factor, s.late_floor_s, s.buckets);
+  self->state.runner->set_nonfinite_policy(s.on_nonfinite);
+  // See Note [Progress-based hang detection]: until its first step is done.
+  s.control->progress.begin_warm_up(device_phase::data, self->state.last_step + 1);
   self->state.last_step = self->state.setup->model->optimizer_steps() - 1;
   return {
       [self](begin_generation_msg& msg) {
@@ -104,6 +115,8 @@ device_actor::behavior_type device_behavior(device_ptr self, std::shared_ptr<dev
         st.rank = msg.rank;
         st.reducer = msg.reducer;
         st.group = msg.group.local;
+        st.halted = false;
+        st.setup->control->progress.mark(device_phase::data, st.last_step + 1);
         try {
           st.comm = st.group->endpoint(msg.rank);
           // Every member adopts the state source's parameters, optimizer state
@@ -119,7 +132,7 @@ device_actor::behavior_type device_behavior(device_ptr self, std::shared_ptr<dev
         auto& st = self->state;
         for (const step_shard& shard : msg.steps) {
           // Planned for an ended generation, or the reducer is ending this one.
-          if (msg.generation != st.generation || !st.group || st.group->aborted()) break;
+          if (msg.generation != st.generation || !st.group || st.group->aborted() || st.halted) break;
           try {
             run_step(self, shard);
           } catch (const collective_error& e) {
@@ -148,11 +161,18 @@ device_actor::behavior_type device_behavior(device_ptr self, std::shared_ptr<dev
           const auto slice_at = [&](std::size_t at) {
             return st.setup->test->batch(rows.subspan(at, std::min(micro, rows.size() - at)));
           };
+          // See Note [Progress-based hang detection]: each batch is progress,
+          // the first one is warm-up.
+          device_progress& progress = st.setup->control->progress;
+          progress.begin_warm_up(device_phase::evaluation, msg.step);
           if (!rows.empty()) model.prefetch(slice_at(0));
           for (std::size_t b = 0; b < rows.size(); b += micro) {
             if (b + micro < rows.size()) model.prefetch(slice_at(b + micro));
             stats += model.evaluate(slice_at(b));
+            progress.end_warm_up();
+            progress.mark(device_phase::evaluation, msg.step);
           }
+          progress.mark(device_phase::data, msg.step + 1);
           self->send(st.reducer, evaluated_msg{st.generation, msg.epoch, msg.step, msg.epoch_end, st.rank,
                                                stats.loss_sum, stats.correct, stats.samples});
         } catch (const std::exception& e) {

@@ -55,6 +55,7 @@ struct device_setup {
   lr_schedule schedule;
   collective_options collective;
   bool verify_replicas = false;
+  nonfinite_policy on_nonfinite = nonfinite_policy::stop;  // See Note [Non-finite steps]
   // When a member waiting in a step's collective reports the late ones:
   // late_factor x the median compute time after the step started, but not
   // sooner than late_floor_s.
@@ -87,6 +88,9 @@ struct device_state {
   std::optional<step_runner> runner;
   late_reporter late;
   std::vector<step_record> records;  // of the shard message in progress
+  // A step of this generation was not finite and train.on_nonfinite is
+  // "stop": no more steps until the next generation (See Note [Non-finite steps]).
+  bool halted = false;
   static inline const char* name = "device";
 };
 

@@ -161,11 +161,13 @@ void Engine::start() {
   rs.book.total_steps = plan->run_steps;
   rs.book.log_every = config.train.log_every;
   rs.book.verify_replicas = config.train.verify_replicas;
+  rs.book.skip_nonfinite = config.train.on_nonfinite == nonfinite_policy::skip;
   rs.book.smoothing = config.straggler.smoothing;
   rs.straggler = config.straggler;
   rs.cuts = cuts_enabled(config);
   rs.min_devices = config.cluster.min_devices;
   rs.hang_timeout_s = config.cluster.hang_timeout_s;
+  rs.first_step_timeout_s = config.cluster.first_step_timeout_s;
   for (const auto& f : plan->faults) {
     if (f.kind == fault_kind::join || f.kind == fault_kind::leave) rs.membership_faults.push_back(f);
     if (f.kind == fault_kind::crash && f.target == crash_target::reducer) rs.crash_at = f.step - 1;

@@ -63,6 +63,17 @@ launch_plan prepare_launch(const job_config& config, const run_options& options,
     for (const auto& f : plan.faults)
       if (f.kind == fault_kind::join)
         throw config_error(f.text + ": a CPU device cannot join a job on GPUs (NCCL groups GPU ranks only)");
+  // Devices are numbered from 0 in start order; joining ones take the next numbers.
+  const auto joins = std::count_if(plan.faults.begin(), plan.faults.end(),
+                                   [](const fault_spec& f) { return f.kind == fault_kind::join; });
+  for (const auto& f : plan.faults)
+    if (f.device >= replicas + joins)
+      throw config_error(f.text + ": there is no device " + std::to_string(f.device) + ": the run has devices 0 to " +
+                         std::to_string(replicas - 1) +
+                         (joins > 0 ? " and " + std::to_string(joins) + " joining (" + std::to_string(replicas) +
+                                          (joins > 1 ? " to " + std::to_string(replicas + joins - 1) : "") + ")"
+                                    : "") +
+                         " (--cpus, --gpus, cluster.cpus)");
   if (config.cluster.min_devices > replicas)
     throw config_error(config.source + ": cluster.min_devices = " + std::to_string(config.cluster.min_devices) +
                        " but the run starts with " + std::to_string(replicas) + " replica" + (replicas == 1 ? "" : "s") +
@@ -113,6 +124,7 @@ std::shared_ptr<device_setup> make_device_setup(const job_config& config, const 
   setup->collective.timeout =
       std::chrono::milliseconds(static_cast<std::int64_t>(config.cluster.collective_timeout_s * 1000.0));
   setup->verify_replicas = config.train.verify_replicas;
+  setup->on_nonfinite = config.train.on_nonfinite;
   const bool cuts = cuts_enabled(config);
   // Without cuts, lateness is reported only to name suspects of a hang.
   setup->late_factor = cuts ? config.straggler.deadline_factor : late_factor_without_cuts;

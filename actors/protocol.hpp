@@ -242,7 +242,7 @@ typename Inspector::result_type inspect(Inspector& f, late_msg& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_record& x) {
   return f(caf::meta::type_name("step_record"), x.step, x.epoch, x.loss_sum, x.correct, x.samples, x.checksum,
-           x.counter, x.compute_s, x.member_samples, x.member_returned, x.lr);
+           x.counter, x.compute_s, x.member_samples, x.member_returned, x.lr, x.nonfinite, x.applied);
 }
 
 // The steps of one shard message, reported once they are done.

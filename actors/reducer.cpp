@@ -17,8 +17,6 @@ using phase = reducer_state::phase;
 constexpr auto tick_interval = std::chrono::milliseconds(20);
 // Shares are re-sent to the loader when one moves by more than this.
 constexpr double share_resend_threshold = 0.01;
-// Least time an evaluation may take before the job counts as stalled.
-constexpr double evaluation_timeout_floor_s = 60.0;
 
 double seconds(clock_type::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -39,7 +37,10 @@ void on_checkpoint_written(reducer_ptr self, const checkpoint_written_msg& msg) 
   auto& st = self->state;
   st.checkpoints.erase(msg.step);
   if (!msg.error.empty()) {
-    fail_run(self, std::make_exception_ptr(checkpoint_error(msg.error)));
+    if (st.current == phase::stopping)
+      fail_run(self, std::make_exception_ptr(training_error(st.stop_message + "; no checkpoint written: " + msg.error)));
+    else
+      fail_run(self, std::make_exception_ptr(checkpoint_error(msg.error)));
     return;
   }
   spdlog::info("checkpoint written: {}", msg.path);
@@ -79,10 +80,13 @@ void commit_ready_steps(reducer_ptr self) {
                        "replicas diverged: " + name(e.other) + " carried a different state or step counter into step " +
                        std::to_string(e.step + 1) + " than " + name(e.rank) + " (train.verify_replicas)")));
     return;
-  } catch (const training_error&) {  // a non-finite loss
-    fail_run(self, std::current_exception());
+  } catch (const nonfinite_step& e) {
+    // See Note [Non-finite steps]: every member holds the step before.
+    end_run(self, std::string("training stopped: ") + e.what() +
+                      ": training diverged; lower optimizer.lr, or set train.on_nonfinite = \"skip\"");
     return;
   }
+  for (const auto& why : commit.skipped) spdlog::warn("{}", why);
   if (st.setup.crash_at && before < *st.setup.crash_at && st.book->committed() >= *st.setup.crash_at)
     throw std::runtime_error("injected crash (fault spec crash:reducer@" + std::to_string(*st.setup.crash_at + 1) + ")");
   if (st.book->committed() > before)
@@ -96,22 +100,33 @@ void check_hangs(reducer_ptr self) {
   auto& st = self->state;
   if (st.failed || (st.current != phase::running && st.current != phase::pausing)) return;
   if (st.work && !st.eval_outstanding) return;  // no work left
-  double timeout = hang_timeout(st.setup.hang_timeout_s, st.book->median_step_s());
-  // An evaluation is one long stretch without reports.
-  if (st.eval_outstanding) timeout = std::max(timeout, evaluation_timeout_floor_s);
-  const hang_verdict v = st.members->check_hang(clock_type::now(), st.book->last_progress(), timeout, st.book->committed());
+  // See Note [Progress-based hang detection].
+  const hang_limits limits{hang_timeout(st.setup.hang_timeout_s, st.book->median_step_s()), st.setup.first_step_timeout_s};
+  std::vector<member_progress> progress;
+  for (std::size_t r = 0; r < st.members->members().size(); ++r) {
+    const member& m = st.members->members()[r];
+    if (!m.gone) progress.push_back({r, m.name, st.handle(r).control->progress.read()});
+  }
+  const std::vector<std::size_t> late = st.members->late_suspects(st.book->committed());
+  const hang_verdict v = find_hang(progress, clock_type::now(), st.book->last_progress(), limits, late);
   if (!v.stalled) return;
-  char text[160];
-  if (!v.suspects.empty()) {
-    // The members the others waited for in the stalled step.
-    std::snprintf(text, sizeof text, "hung: no progress for %.2f s (hang timeout %.2f s)", v.stalled_s, timeout);
-    for (const auto rank : v.suspects) handle_fault(self, rank, text);
+  char text[96];
+  std::snprintf(text, sizeof text, "no progress for %.1f s (hang timeout %.1f s)", v.stalled_s, v.allowed_s);
+  if (v.blameable) {
+    for (const auto rank : v.suspects) handle_fault(self, rank, std::string("hung: ") + text + ": " + v.where);
     return;
   }
-  // Nobody to blame: the abort and the survivors' answers tell.
-  std::snprintf(text, sizeof text, "step %lld made no progress for %.2f s (hang timeout %.2f s)",
-                static_cast<long long>(st.book->committed() + 2), v.stalled_s, timeout);
-  handle_fault(self, std::nullopt, text);
+  // Nobody to blame: one new generation from the last committed step, in
+  // case the whole machine stalled; the same stall again ends the run.
+  const std::int64_t committed = st.book->committed();
+  if (st.unblamed_stall_at != committed) {
+    st.unblamed_stall_at = committed;
+    handle_fault(self, std::nullopt, std::string(text) + " and no device to blame (" + v.where + "): retried once");
+    return;
+  }
+  end_run(self, std::string("training stopped: ") + text + " and no device to blame, twice at step " +
+                    std::to_string(committed + 2) + ": " + v.where +
+                    "; raise cluster.hang_timeout_s if this is a slow step, not a hang");
 }
 
 void start(reducer_ptr self) {

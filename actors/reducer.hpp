@@ -39,6 +39,7 @@
 #include "actors/run_control.hpp"
 #include "config/job_config.hpp"
 #include "train/fault_plan.hpp"
+#include "train/hang_check.hpp"
 #include "train/membership.hpp"
 #include "train/step_book.hpp"
 #include "train/step_runner.hpp"
@@ -66,6 +67,7 @@ struct reducer_setup {
   bool cuts = false;  // late members are cut (cuts_enabled(config))
   std::int64_t min_devices = 1;
   double hang_timeout_s = 0.0;  // 0 = automatic
+  double first_step_timeout_s = 300.0;  // See Note [Progress-based hang detection]
   std::vector<fault_spec> membership_faults;  // leave and join specs
   std::optional<std::int64_t> crash_at;       // fault spec crash:reducer@S: throw as this step commits
   std::chrono::steady_clock::time_point started;
@@ -103,6 +105,13 @@ struct reducer_state {
   std::set<int> awaiting_suspend;               // device ids
   std::optional<std::pair<std::int64_t, std::vector<float>>> rescue_state;  // from a failed device
   std::string stop_message;                     // why training is stopping (phase::stopping)
+  // Set when a fault ends the run instead of a new generation (a hang that
+  // nobody can be blamed for, a non-finite step): why. The recovery still
+  // finds the last state every member holds, which becomes the checkpoint.
+  std::optional<std::string> ending;
+  // The committed step at the last stall nobody could be blamed for (See
+  // Note [Progress-based hang detection]).
+  std::optional<std::int64_t> unblamed_stall_at;
   bool stop_requested = false;
   bool failed = false;
   static inline const char* name = "reducer";
@@ -117,6 +126,9 @@ reducer_actor::behavior_type reducer_behavior(reducer_ptr self, reducer_setup se
 // Generations (reducer_generations.cpp), used by the reducer's handlers.
 void form_generation(reducer_ptr self, std::int32_t state_source);
 void handle_fault(reducer_ptr self, std::optional<std::size_t> rank, const std::string& reason);
+// Ends the run with `why` as the error, after a recovery that finds the last
+// state all members hold and writes it as a checkpoint. Never a new generation.
+void end_run(reducer_ptr self, const std::string& why);
 void request_graceful_change(reducer_ptr self);
 void check_pause_complete(reducer_ptr self);
 void on_suspend_reply(reducer_ptr self, std::int64_t generation, int id, std::optional<std::int64_t> last_step,

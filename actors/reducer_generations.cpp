@@ -79,27 +79,41 @@ void write_stop_checkpoint(reducer_ptr self, std::int64_t step, std::vector<floa
           });
 }
 
-void stop_below_minimum(reducer_ptr self, std::int64_t step, std::optional<device_actor> source) {
+// Stops training with `message` after writing the state of step `step`
+// (`source`'s, else the rescue state) as a checkpoint.
+void stop_with_checkpoint(reducer_ptr self, std::int64_t step, std::optional<device_actor> source, std::string message) {
   auto& st = self->state;
   st.current = phase::stopping;
-  const std::size_t live = st.members->live();
-  std::ostringstream why;
-  why << "training stopped after step " << step + 1 << ": " << live << " device" << (live == 1 ? "" : "s")
-      << " left, fewer than cluster.min_devices = " << st.setup.min_devices << " (" << st.members->reasons() << ")";
-  st.stop_message = why.str();
+  st.stop_message = std::move(message);
   spdlog::error("{}", st.stop_message);
   const auto last_resort = [self] {
     auto& st = self->state;
     if (st.rescue_state) write_stop_checkpoint(self, st.rescue_state->first, st.rescue_state->second);
-    else fail_run(self, std::make_exception_ptr(training_error(st.stop_message + "; no replica state left to checkpoint")));
+    else
+      fail_run(self, std::make_exception_ptr(training_error(
+                         st.stop_message + "; no replica state left to checkpoint" +
+                         (st.book->summary().checkpoint.empty() ? "" : "; the newest checkpoint is " + st.book->summary().checkpoint))));
   };
   if (!source) {
     last_resort();
     return;
   }
   self->request(*source, stop_request_timeout, state_atom::value)
-      .then([self, step](state_msg& s) { write_stop_checkpoint(self, step, std::move(s.state)); },
+      .then([self, step, last_resort](state_msg& s) {
+              // The source answered the suspend with this step: anything else would be a bug.
+              if (s.step != step) last_resort();
+              else write_stop_checkpoint(self, step, std::move(s.state));
+            },
             [last_resort](caf::error&) { last_resort(); });
+}
+
+void stop_below_minimum(reducer_ptr self, std::int64_t step, std::optional<device_actor> source) {
+  auto& st = self->state;
+  const std::size_t live = st.members->live();
+  std::ostringstream why;
+  why << "training stopped after step " << step + 1 << ": " << live << " device" << (live == 1 ? "" : "s")
+      << " left, fewer than cluster.min_devices = " << st.setup.min_devices << " (" << st.members->reasons() << ")";
+  stop_with_checkpoint(self, step, std::move(source), why.str());
 }
 
 void finish_recovery(reducer_ptr self) {
@@ -125,6 +139,11 @@ void finish_recovery(reducer_ptr self) {
     it = keep && it->first <= through ? std::next(it) : st.checkpoints.erase(it);
   }
 
+  if (st.ending) {
+    stop_with_checkpoint(self, through, source.rank ? std::optional(st.handle(*source.rank).actor) : std::nullopt,
+                         *st.ending);
+    return;
+  }
   if (!source.rank) {
     stop_below_minimum(self, through, std::nullopt);
     return;
@@ -173,6 +192,9 @@ void form_generation(reducer_ptr self, std::int32_t state_source) {
     const member_handle& h = st.handle(r);
     st.plan.members.push_back(h.actor);
     h.control->cut_step.store(-1);
+    // A new generation starts the clock (the device marks it too when the
+    // generation reaches it).
+    h.control->progress.mark(device_phase::data, st.book->committed() + 1);
     ids.push_back(h.id);
     e.members.push_back(h.name);
     e.actor_ids.push_back(h.actor.id());
@@ -235,6 +257,13 @@ void handle_fault(reducer_ptr self, std::optional<std::size_t> rank, const std::
     }
   }
   check_recovery_complete(self);
+}
+
+void end_run(reducer_ptr self, const std::string& why) {
+  auto& st = self->state;
+  if (st.ending || st.failed || st.current == phase::stopping) return;
+  st.ending = why;
+  handle_fault(self, std::nullopt, why);
 }
 
 void request_graceful_change(reducer_ptr self) {

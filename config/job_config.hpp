@@ -11,6 +11,7 @@
 #include "tensors/lr_schedule.hpp"
 #include "tensors/mlp.hpp"
 #include "tensors/optimizer.hpp"
+#include "train/step_record.hpp"
 
 namespace dpactor {
 
@@ -34,6 +35,7 @@ struct train_config {
   std::int64_t checkpoint_every = 0;           // steps; 0 = only at the end
   std::int64_t keep_checkpoints = 3;           // newest kept; 0 = keep all
   bool verify_replicas = false;  // compare the state checksums of all replicas every step
+  nonfinite_policy on_nonfinite = nonfinite_policy::stop;  // See Note [Non-finite steps]
   bool record_trained = false;   // every device reports what it trained (trained_event)
 };
 
@@ -55,7 +57,8 @@ struct cluster_config {
   std::int64_t cpus = 0;         // CPU replicas; 0 = number of cores
   std::int64_t blas_threads = 0; // per replica; 0 = cores / replicas, at least 1
   std::int64_t min_devices = 1;
-  double hang_timeout_s = 0.0;   // 0 = max(1 s, 20 x median step time)
+  double hang_timeout_s = 0.0;   // 0 = max(5 s, 20 x median step time)
+  double first_step_timeout_s = 300.0;  // the same, for a generation's first step or an evaluation's first batch
   double collective_timeout_s = 600.0;
   double bucket_cap_mb = 25.0;    // gradient buckets on GPUs (See Note [Gradient buckets])
   double first_bucket_mb = 1.0;

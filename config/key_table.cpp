@@ -46,6 +46,14 @@ std::string quote(const std::string& s) {
 
 namespace {
 
+// Upper bounds of the keys that have no natural one: far beyond any real
+// job, low enough that no count, product or clock conversion overflows.
+constexpr double max_wait_s = 7.0 * 24 * 3600;            // timeouts: a week
+constexpr std::int64_t max_steps_count = std::int64_t{1} << 40;  // step and epoch counts
+constexpr std::int64_t max_rows = std::numeric_limits<std::int32_t>::max();  // a batch's rows
+constexpr std::int64_t max_samples = std::numeric_limits<std::uint32_t>::max();  // sample indices are 32-bit
+constexpr double max_bucket_mb = 65536.0;                   // 64 GiB
+
 // Shortest text that reads back as the same double, always with a '.' or an
 // exponent so that TOML reads it as a float.
 std::string number_text(double v) {
@@ -184,11 +192,11 @@ const std::vector<key_spec>& keys() {
     b.integer("label_column", [](job_config& c) -> std::int64_t& { return c.data.label_column; }, -1024,
               "CSV: 0-based column of the label; negative counts from the end (-1 = last).", 1 << 20);
     b.integer("synthetic_train", [](job_config& c) -> std::int64_t& { return c.data.synthetic_train; }, 1,
-              "Synthetic: training samples.");
+              "Synthetic: training samples.", max_samples);
     b.integer("synthetic_test", [](job_config& c) -> std::int64_t& { return c.data.synthetic_test; }, 1,
-              "Synthetic: test samples.");
+              "Synthetic: test samples.", max_samples);
     b.floating("synthetic_noise", [](job_config& c) -> double& { return c.data.synthetic_noise; }, 0.0, false,
-               "Synthetic: standard deviation of each class blob.");
+               "Synthetic: standard deviation of each class blob.", 1e6);
     b.integer("synthetic_seed", [](job_config& c) -> std::int64_t& { return c.data.synthetic_seed; }, 0,
               "Synthetic: seed of the class centres and samples.");
     b.choice<feature_scaling>("scale", [](job_config& c) -> feature_scaling& { return c.data.scale; },
@@ -222,24 +230,24 @@ const std::vector<key_spec>& keys() {
                              {"cosine", schedule_kind::cosine}},
                             "Learning-rate schedule over optimizer steps (after warmup).");
     b.integer("warmup_steps", [](job_config& c) -> std::int64_t& { return c.schedule.warmup_steps; }, 0,
-              "Linear warmup from lr / warmup_steps to lr over this many steps.");
+              "Linear warmup from lr / warmup_steps to lr over this many steps.", max_steps_count);
     b.integer("step_size", [](job_config& c) -> std::int64_t& { return c.schedule.step_size; }, 1,
-              "schedule = \"step\": multiply the rate by gamma every step_size steps.");
+              "schedule = \"step\": multiply the rate by gamma every step_size steps.", max_steps_count);
     b.floating("gamma", [](job_config& c) -> double& { return c.schedule.gamma; }, 0.0, true,
                "schedule = \"step\": decay factor.", 1.0);
     b.floating("min_lr", [](job_config& c) -> double& { return c.schedule.min_lr; }, 0.0, false,
                "schedule = \"cosine\": final learning rate.");
     b.integer("total_steps", [](job_config& c) -> std::int64_t& { return c.schedule.total_steps; }, 0,
               "schedule = \"cosine\": steps until min_lr; 0 = the run's nominal length (epochs or max_steps). "
-              "Steps that cuts add (without train.reproducible) stay inside their epoch's part of the schedule.");
+              "Steps that cuts add (without train.reproducible) stay inside their epoch's part of the schedule.", max_steps_count);
 
     b.section = "train";
-    b.integer("epochs", [](job_config& c) -> std::int64_t& { return c.train.epochs; }, 1, "Passes over the training set.");
+    b.integer("epochs", [](job_config& c) -> std::int64_t& { return c.train.epochs; }, 1, "Passes over the training set.", max_steps_count);
     b.integer("batch_size", [](job_config& c) -> std::int64_t& { return c.train.batch_size; }, 1,
               "Global batch: samples per optimizer step, summed over all replicas. The last batch of an "
-              "epoch may be smaller; it is trained, not dropped.");
+              "epoch may be smaller; it is trained, not dropped.", max_rows);
     b.integer("max_steps", [](job_config& c) -> std::int64_t& { return c.train.max_steps; }, 0,
-              "Stop after this many optimizer steps in total (0 = no limit).");
+              "Stop after this many optimizer steps in total (0 = no limit).", max_steps_count);
     b.boolean("shuffle", [](job_config& c) -> bool& { return c.train.shuffle; },
               "Visit the training set in a seeded random order each epoch.");
     b.integer("seed", [](job_config& c) -> std::int64_t& { return c.train.seed; }, 0,
@@ -248,7 +256,7 @@ const std::vector<key_spec>& keys() {
               "Rows per forward/backward pass on a device. With train.reproducible, the fixed slice of the global "
               "batch: slices are the unit that members share and steal, and their gradients are added in one "
               "fixed tree, so at most batch_size / micro_batch members work on a step. Without, a shard is "
-              "processed in micro-batches of this size (a memory bound, not a change of arithmetic).");
+              "processed in micro-batches of this size (a memory bound, not a change of arithmetic).", max_rows);
     b.boolean("reproducible", [](job_config& c) -> bool& { return c.train.reproducible; },
               "Same bytes whatever happens: the final parameters and optimizer state depend on the config, the "
               "seed and the data only, not on the number of replicas, the shard split, stragglers, faults, joins, "
@@ -257,27 +265,34 @@ const std::vector<key_spec>& keys() {
               "thread, and GPU gradient buckets do not overlap backward. false: the faster paths, not "
               "reproducible.");
     b.integer("prefetch", [](job_config& c) -> std::int64_t& { return c.train.prefetch; }, 1,
-              "Shard messages queued ahead at each device.");
+              "Shard messages queued ahead at each device.", 1024);
     b.integer("steps_per_message", [](job_config& c) -> std::int64_t& { return c.train.steps_per_message; }, 0,
               "Consecutive steps the loader sends a device in one message (0 = automatic: about 2 ms of work "
               "per message). A stop takes effect within prefetch x this many steps.", 4096);
     b.integer("log_every", [](job_config& c) -> std::int64_t& { return c.train.log_every; }, 1,
-              "Steps between step records (metrics file, event callback, progress line).");
+              "Steps between step records (metrics file, event callback, progress line).", max_steps_count);
     b.integer("eval_every", [](job_config& c) -> std::int64_t& { return c.train.eval_every; }, 0,
               "Evaluate on the test set every this many epochs (0 = only at the end of the run, which is "
-              "always evaluated).");
+              "always evaluated).", max_steps_count);
     b.string("checkpoint_dir", [](job_config& c) -> std::string& { return c.train.checkpoint_dir; },
              "Directory for checkpoints (\"\" = none). One is always written at the end of training and on "
              "SIGINT/SIGTERM.");
     b.integer("checkpoint_every", [](job_config& c) -> std::int64_t& { return c.train.checkpoint_every; }, 0,
-              "Also write a checkpoint every this many steps (0 = only at the end).");
+              "Also write a checkpoint every this many steps (0 = only at the end).", max_steps_count);
     b.integer("keep_checkpoints", [](job_config& c) -> std::int64_t& { return c.train.keep_checkpoints; }, 0,
               "Keep the newest this many checkpoints of this run, delete its older ones (0 = keep all); "
-              "never another run's or anything else in the directory.");
+              "never another run's or anything else in the directory.", 1 << 20);
     b.boolean("verify_replicas", [](job_config& c) -> bool& { return c.train.verify_replicas; },
               "Check at every step that all replicas carried bitwise identical state (parameters and optimizer "
               "state) and step counters into it: a checksum of the state per replica and step; a mismatch "
               "stops training with an error naming the replica and the step.");
+    b.choice<nonfinite_policy>("on_nonfinite", [](job_config& c) -> nonfinite_policy& { return c.train.on_nonfinite; },
+                               {{"stop", nonfinite_policy::stop}, {"skip", nonfinite_policy::skip}},
+                               "A step whose loss or gradients hold NaN or infinite values is applied by no replica. "
+                               "stop: the run ends with an error naming the step and the values, after writing the "
+                               "state of the step before as a checkpoint. skip: the step's update is dropped with a "
+                               "warning and training goes on (its samples are not trained again; the step counter, "
+                               "which AdamW's bias correction reads, moves on).");
     b.boolean("record_trained", [](job_config& c) -> bool& { return c.train.record_trained; },
               "Audit: every device reports, for every step it applied, how many samples it trained and a digest "
               "of their indices (\"trained\" events and metrics records), so that exactly-once can be checked "
@@ -306,18 +321,26 @@ const std::vector<key_spec>& keys() {
               "train.reproducible).", 1024);
     b.integer("min_devices", [](job_config& c) -> std::int64_t& { return c.cluster.min_devices; }, 1,
               "Fewest replicas to train on: a run that starts with fewer is refused, and one that falls below it "
-              "checkpoints and stops with an error.");
+              "checkpoints and stops with an error.", 1024);
     b.floating("hang_timeout_s", [](job_config& c) -> double& { return c.cluster.hang_timeout_s; }, 0.0, false,
-               "A member that reports nothing for this long while it has work is declared hung and removed "
-               "(0 = max(1 s, 20 x the median step time)).");
+               "A member that shows no progress (a phase change or a micro-batch done) for this long while it "
+               "has work is declared hung and removed; when no member can be blamed (a single device, or all "
+               "stuck) the run ends with a checkpoint and an error naming each device and its phase "
+               "(0 = max(5 s, 20 x the median step time)).", max_wait_s);
+    b.floating("first_step_timeout_s", [](job_config& c) -> double& { return c.cluster.first_step_timeout_s; },
+               0.0, true,
+               "The hang timeout of a device's first step (of the run, or after it joins) and of an evaluation's "
+               "first batch, where devices set up (CUDA contexts, buffers); at least cluster.hang_timeout_s.",
+               max_wait_s);
     b.floating("collective_timeout_s", [](job_config& c) -> double& { return c.cluster.collective_timeout_s; }, 0.0,
-               true, "Timeout of one collective call, in seconds: a backstop for a member that never arrives.");
+               true, "Timeout of one collective call, in seconds: a backstop for a member that never arrives.",
+               max_wait_s);
     b.floating("bucket_cap_mb", [](job_config& c) -> double& { return c.cluster.bucket_cap_mb; }, 0.0, true,
                "GPUs: gradient bucket size in MiB; buckets are reduced while backward still runs (DDP's "
-               "bucket_cap_mb).");
+               "bucket_cap_mb).", max_bucket_mb);
     b.floating("first_bucket_mb", [](job_config& c) -> double& { return c.cluster.first_bucket_mb; }, 0.0, true,
                "GPUs: size of the first gradient bucket (the last layers) in MiB, small so that communication "
-               "starts early.");
+               "starts early.", max_bucket_mb);
     b.choice<gpu_data_placement>(
         "gpu_data", [](job_config& c) -> gpu_data_placement& { return c.cluster.gpu_data; },
         {{"auto", gpu_data_placement::automatic}, {"resident", gpu_data_placement::resident},
@@ -335,9 +358,9 @@ const std::vector<key_spec>& keys() {
                                "within the step; without, a member late past its deadline contributes what it has "
                                "computed and returns the rest of its shard, which later steps train.");
     b.floating("deadline_factor", [](job_config& c) -> double& { return c.straggler.deadline_factor; }, 1.0, false,
-               "A late member is cut this many median compute times after its step started ...");
+               "A late member is cut this many median compute times after its step started ...", 1e6);
     b.floating("deadline_floor_ms", [](job_config& c) -> double& { return c.straggler.deadline_floor_ms; }, 0.0, false,
-               "... but not sooner than this many milliseconds.");
+               "... but not sooner than this many milliseconds.", max_wait_s * 1000.0);
     b.floating("smoothing", [](job_config& c) -> double& { return c.straggler.smoothing; }, 0.0, true,
                "Weight of the newest measurement in each member's throughput average (balance).", 1.0);
 

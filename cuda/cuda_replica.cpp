@@ -50,6 +50,7 @@ cuda_replica::cuda_replica(mlp_spec spec, optimizer_config opt, std::size_t micr
   host_small_ = pinned_buffer<small_values>(1);
   loss_sum_ = device_buffer<double>(1);
   correct_ = device_buffer<unsigned long long>(1);
+  nonfinite_ = device_buffer<unsigned long long>(1);
   sync(stream_.get());
 }
 
@@ -219,6 +220,16 @@ std::span<float> cuda_replica::gradients() {
   }
   sync(stream_.get());  // the collective runs on another stream
   return grads_.span();
+}
+
+std::int64_t cuda_replica::count_nonfinite_gradients() {
+  const std::span<float> grads = gradients();  // written, and the stream synchronized
+  CUDA_CHECK(cudaMemsetAsync(nonfinite_.data(), 0, sizeof(unsigned long long), stream_.get()));
+  cuda::count_nonfinite(grads.data(), grads.size(), nonfinite_.data(), stream_.get());
+  CUDA_CHECK(cudaMemcpyAsync(&host_small_.data()->nonfinite, nonfinite_.data(), sizeof(unsigned long long),
+                             cudaMemcpyDeviceToHost, stream_.get()));
+  sync(stream_.get());
+  return static_cast<std::int64_t>(host_small_.data()->nonfinite);
 }
 
 const float* cuda_replica::begin_pass(const batch_ref& rows, std::size_t& n) {

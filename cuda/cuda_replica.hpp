@@ -50,6 +50,8 @@ class cuda_replica final : public replica {
   void* native_stream() noexcept override { return stream_.get(); }
   void apply_update(double lr, double total_samples, std::size_t begin, std::size_t end) override;
   void finish_step() override;
+  void skip_step() override { ++steps_; }
+  std::int64_t count_nonfinite_gradients() override;
   void update_in_place(double lr, double total_samples) override;
   std::span<const std::span<float>> state_sections() override { return sections_[1 - current_]; }
 
@@ -144,10 +146,12 @@ class cuda_replica final : public replica {
     double loss = 0.0;
     unsigned long long correct = 0;
     std::int64_t steps = 0;
+    unsigned long long nonfinite = 0;
   };
   pinned_buffer<small_values> host_small_;
   mutable pinned_buffer<float> staging_;  // See staging()
   device_buffer<double> loss_sum_;
+  device_buffer<unsigned long long> nonfinite_;
   device_buffer<unsigned long long> correct_;
   std::map<const float*, device_dataset> datasets_;
   std::map<const float*, bool> resident_;  // per dataset: See Note [Data on the GPU]

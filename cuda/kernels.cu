@@ -1,5 +1,6 @@
 #include "cuda/kernels.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "cuda/check.hpp"
@@ -159,6 +160,23 @@ void loss(loss_kind kind, std::size_t rows, std::size_t classes, const float* ou
           float* grad, double* loss_sum, unsigned long long* correct, cudaStream_t stream) {
   if (rows == 0) return;
   loss_kernel<<<blocks_for(rows), block, 0, stream>>>(kind, rows, classes, outputs, labels, grad, loss_sum, correct);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+// Grid-stride, one atomic per thread that found any.
+__global__ void count_nonfinite_kernel(const float* values, std::size_t n, unsigned long long* count) {
+  unsigned long long found = 0;
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    found += isfinite(values[i]) ? 0 : 1;
+  if (found != 0) atomicAdd(count, found);
+}
+
+void count_nonfinite(const float* values, std::size_t n, unsigned long long* count, cudaStream_t stream) {
+  if (n == 0) return;
+  constexpr std::size_t max_blocks = 1024;  // enough to fill an H200's 132 SMs
+  const auto blocks = static_cast<unsigned>(std::min<std::size_t>(blocks_for(n), max_blocks));
+  count_nonfinite_kernel<<<blocks, block, 0, stream>>>(values, n, count);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -34,6 +34,9 @@ void bias_activation_backward(activation act, std::size_t rows, std::size_t cols
 void loss(loss_kind kind, std::size_t rows, std::size_t classes, const float* outputs, const std::int32_t* labels,
           float* grad, double* loss_sum, unsigned long long* correct, cudaStream_t stream);
 
+// Adds the number of NaN and infinite values among values[0, n) to count[0].
+void count_nonfinite(const float* values, std::size_t n, unsigned long long* count, cudaStream_t stream);
+
 // One launch per optimizer step over n elements (torch.optim formulas; see
 // tensors/optimizer.hpp), from (params_in, slots_in) to (params_out,
 // slots_out); in and out may alias. Unused slots may be null.

@@ -7,6 +7,7 @@
 #include "data/idx_reader.hpp"
 #include "data/synthetic.hpp"
 #include "tensors/error.hpp"
+#include "tensors/finite_check.hpp"
 
 namespace dpactor {
 namespace {
@@ -44,6 +45,12 @@ void check_against_model(const dataset& d, int model_inputs) {
   if (d.feature_count != static_cast<std::size_t>(model_inputs))
     throw data_error(d.name + ": samples have " + std::to_string(d.feature_count) +
                      " features but the model's input layer (model.layers[0]) has " + std::to_string(model_inputs));
+  // See Note [Non-finite steps]: NaN in an input poisons every replica at once.
+  const std::span<const float> values(d.features.data(), d.rows * d.feature_count);
+  if (const auto at = first_nonfinite(values))
+    throw data_error(d.name + ": sample " + std::to_string(*at / d.feature_count) + " (0-based), feature " +
+                     std::to_string(*at % d.feature_count) + ": the value is " + std::to_string(values[*at]) +
+                     "; inputs must be finite");
 }
 
 }  // namespace

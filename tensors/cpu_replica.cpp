@@ -122,6 +122,8 @@ void cpu_replica::write_update(double lr, double total_samples, std::size_t begi
                  optimizer_steps());
 }
 
+void cpu_replica::skip_step() { write_step_counter(state().span(), layout_, optimizer_steps() + 1); }
+
 // See Note [Pending state].
 void cpu_replica::finish_step() {
   const std::int64_t steps = optimizer_steps();

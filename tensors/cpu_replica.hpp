@@ -29,6 +29,7 @@ class cpu_replica final : public replica {
   std::span<float> gradients() override;
   void apply_update(double lr, double total_samples, std::size_t begin, std::size_t end) override;
   void finish_step() override;
+  void skip_step() override;
   void update_in_place(double lr, double total_samples) override;
   std::span<const std::span<float>> state_sections() override { return sections_[1 - current_]; }
 

@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "tensors/finite_check.hpp"
 #include "tensors/flat_layout.hpp"
 #include "tensors/mlp.hpp"
 #include "tensors/optimizer.hpp"
@@ -142,6 +143,14 @@ class replica {
     apply_update(lr, total_samples, 0, layout().parameter_size);
     finish_step();
   }
+  // NaN and infinite values among the gradient sums: the step's numerical
+  // guard (train.on_nonfinite). Host memory by default; a GPU replica counts
+  // on its device.
+  virtual std::int64_t count_nonfinite_gradients() { return count_nonfinite(gradients()); }
+  // A step whose update is skipped (train.on_nonfinite = "skip"): parameters
+  // and optimizer slots stay as they are, the step counter moves on by one,
+  // so that the counter still numbers the steps of the run.
+  virtual void skip_step() = 0;
 
   // See Note [Replica state buffer]. For the CPU replica the span is host
   // memory; for a GPU replica it is device memory.

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <regex>
+
 #include <zlib.h>
 
 #include <csignal>
@@ -299,6 +301,45 @@ TEST_F(Cli, AMetricsWriteErrorStopsTheRunWithACheckpointAndExitsOne) {
       {"--model", "job.cfg", "--epochs", std::to_string(step / 5 + 1), "--resume", "checkpoints"}, dir.path());
   EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("resuming from"), std::string::npos) << resumed.output;
+}
+
+TEST_F(Cli, AHugeLearningRateOnTheDefaultJobExitsFiveNamingTheStepAndLeavesAResumableCheckpoint) {
+  // Before: optimizer.lr = 1e6 exited 0 and wrote a checkpoint full of NaN.
+  const std::string config = std::string(DPACTOR_SOURCE_DIR) + "/configs/mlp.cfg";
+  const testing::process_result r = testing::run_cli(
+      {"--model", config, "--cpus", "2", "--set", "optimizer.lr=1e6", "--set", "train.checkpoint_every=1"}, dir.path());
+  EXPECT_EQ(r.exit_code, 5) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex("training stopped: step [0-9]+: the loss is (nan|inf)"))) << r.output;
+  ASSERT_TRUE(fs::exists(dir / "checkpoints" / "latest")) << r.output;
+  // It loads (checksums, shapes and finite values verified). Its weights
+  // are finite but far out, so the next step is not finite again: the
+  // resumed run stops at once, naming that step.
+  const std::string latest = testing::read_text(dir / "checkpoints" / "latest");
+  const long long step = std::stoll(latest.substr(latest.find('-') + 1));
+  const testing::process_result resumed =
+      testing::run_cli({"--model", config, "--cpus", "2", "--resume", "checkpoints"}, dir.path());
+  EXPECT_EQ(resumed.exit_code, 5) << resumed.output;
+  EXPECT_NE(resumed.output.find("resuming from checkpoints/" + latest.substr(0, latest.find('\n'))), std::string::npos)
+      << resumed.output;
+  EXPECT_NE(resumed.output.find("training stopped: step " + std::to_string(step + 1) + ": "), std::string::npos)
+      << resumed.output;
+}
+
+TEST_F(Cli, AFaultSpecForADeviceThatDoesNotExistIsRefused) {
+  expect_failure({"--model", "job.cfg", "--cpus", "2", "--inject", "fail:7@3"}, 2,
+                 "fail:7@3: there is no device 7: the run has devices 0 to 1");
+  expect_failure({"--model", "job.cfg", "--cpus", "2", "--inject", "join:cpu@2", "--inject", "hang:3@5"}, 2,
+                 "hang:3@5: there is no device 3: the run has devices 0 to 1 and 1 joining (2)");
+  // The device that joins is device 2: a fault for it is accepted.
+  const testing::process_result ok = testing::run_cli(
+      {"--model", "job.cfg", "--cpus", "2", "--inject", "join:cpu@2", "--inject", "slow:2:1.5@3"}, dir.path());
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+}
+
+TEST_F(Cli, AnOutOfRangeTimeoutIsRefusedNamingTheRange) {
+  // Before: 1e10 s overflowed the clock's nanoseconds.
+  expect_failure({"--model", "job.cfg", "--set", "cluster.collective_timeout_s=1e10"}, 2,
+                 "cluster.collective_timeout_s: value 1e+10 is out of range: must be > 0.0 and <= 604800.0");
 }
 
 }  // namespace

@@ -43,6 +43,7 @@ class cutting_replica final : public replica {
   std::span<float> gradients() override { return grads_; }
   void apply_update(double, double, std::size_t, std::size_t) override {}
   void finish_step() override { write_step_counter(state_, layout_, optimizer_steps() + 1); }
+  void skip_step() override { finish_step(); }
   std::span<const std::span<float>> state_sections() override { return sections_; }
   std::span<float> state_buffer() override { return state_; }
   std::int64_t optimizer_steps() const override { return read_step_counter(state_, layout_); }

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <mutex>
+#include <regex>
 #include <thread>
 
 #include "config/config_file.hpp"
@@ -363,8 +364,8 @@ TEST(Numerics, ADivergingRunStopsAtTheFirstNonFiniteLossNamingTheStep) {
     FAIL() << "a run with lr = 1e6 ended without an error";
   } catch (const training_error& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find("the loss is not finite"), std::string::npos) << what;
-    EXPECT_EQ(what.rfind("step ", 0), 0u) << "names the step first: " << what;
+    EXPECT_TRUE(std::regex_search(what, std::regex("^training stopped: step [0-9]+: the loss is (nan|inf)"))) << what;
+    EXPECT_NE(what.find("lower optimizer.lr"), std::string::npos) << what;
   }
 }
 

@@ -36,7 +36,7 @@ TEST(PendingState, AnAbortBetweenUpdateAndGatherLeavesTheStateUntouched) {
     // Takes part in the step up to the update, then stops: it never gathers.
     cpu_replica model(spec, optimizer_config{}, 32);
     auto comm = group->endpoint(1);
-    std::vector<float> header(3 + 3 * 2, 0.0f);
+    std::vector<float> header(h_members + 3 * 2, 0.0f);
     comm->all_reduce_sum(header, {});
     model.zero_grad();
     comm->reduce_scatter_sum(model.gradients(), {});

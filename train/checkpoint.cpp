@@ -11,6 +11,7 @@
 #include "tensors/error.hpp"
 #include "train/checkpoint_checksum.hpp"
 #include "tensors/file_io.hpp"
+#include "tensors/finite_check.hpp"
 #include "tensors/json.hpp"
 #include "tensors/safetensors.hpp"
 
@@ -107,6 +108,19 @@ void load_tensors(const safetensors_file& file, const std::string& origin, const
 
 namespace {
 
+// Refuses NaN and infinite values in `values` (laid out by `layout` from
+// its first tensor on), naming the tensor and the index: a checkpoint or
+// weights file is never written or loaded with them.
+void require_finite(std::span<const float> values, const flat_layout& layout, const std::string& what) {
+  const auto at = first_nonfinite(values);
+  if (!at) return;
+  for (const auto& t : layout.tensors())
+    if (*at >= t.offset && *at < t.offset + t.numel())
+      throw checkpoint_error(what + ": tensor " + t.name + " holds a non-finite value (" +
+                             std::to_string(values[*at]) + ") at index " + std::to_string(*at - t.offset));
+  throw checkpoint_error(what + ": a non-finite value at element " + std::to_string(*at));
+}
+
 std::function<void(std::string_view)>& crash_hook() {
   static std::function<void(std::string_view)> hook;
   return hook;
@@ -122,6 +136,9 @@ void set_checkpoint_crash_hook(std::function<void(std::string_view)> hook) { cra
 
 fs::path write_checkpoint(const fs::path& root, const state_layout& layout, std::span<const float> state,
                           const trainer_record& record) {
+  // See Note [Non-finite steps]: a diverged state never becomes the newest checkpoint.
+  require_finite(state.first(layout.layout.size()), layout.layout,
+                 "checkpoint of step " + std::to_string(record.step) + " not written (the newest one on disk stays)");
   std::error_code ec;
   fs::create_directories(root, ec);
   if (ec) throw checkpoint_error("cannot create checkpoint directory " + root.string() + ": " + ec.message());
@@ -202,6 +219,7 @@ loaded_checkpoint read_checkpoint(const fs::path& path, const state_layout& layo
   const auto opt = load_safetensors(dir / "optimizer.safetensors");
   verify_tensor_file(opt, (dir / "optimizer.safetensors").string(), out.record.checksummed);
   load_tensors(opt, (dir / "optimizer.safetensors").string(), layout, params, all, out.state);
+  require_finite(std::span<const float>(out.state).first(layout.layout.size()), layout.layout, dir.string());
   const std::string* step = opt.find_metadata("step");
   if (step == nullptr) throw checkpoint_error((dir / "optimizer.safetensors").string() + ": metadata has no \"step\"");
   try {
@@ -217,6 +235,7 @@ std::vector<float> read_model_weights(const fs::path& file, const state_layout& 
   verify_tensor_file(weights, file.string(), false);
   std::vector<float> params(layout.parameter_size, 0.0f);
   load_tensors(weights, file.string(), layout, 0, layout.parameter_tensors, params);
+  require_finite(params, layout.layout, file.string());
   return params;
 }
 

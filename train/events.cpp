@@ -6,7 +6,7 @@ namespace {
 json to_json(const step_event& e) {
   return {{"event", "step"},   {"step", e.step},       {"epoch", e.epoch}, {"epoch_step", e.epoch_step},
           {"loss", e.loss},    {"accuracy", e.accuracy}, {"lr", e.lr},     {"samples_per_s", e.samples_per_s},
-          {"generation", e.generation}, {"cuts", e.cuts}, {"shares", e.shares}, {"throughput", e.throughput}};
+          {"generation", e.generation}, {"cuts", e.cuts}, {"skipped", e.skipped}, {"shares", e.shares}, {"throughput", e.throughput}};
 }
 
 json to_json(const epoch_event& e) {
@@ -61,6 +61,7 @@ json to_json(const run_summary& s) {
           {"samples", s.samples},
           {"membership_changes", s.membership_changes},
           {"cuts", s.cuts},
+          {"skipped_steps", s.skipped_steps},
           {"requeued", s.requeued},
           {"max_recovery_ms", s.max_recovery_ms},
           {"checkpoint", s.checkpoint},

@@ -25,6 +25,7 @@ struct step_event {
   double samples_per_s = 0.0;      // since the last step event
   std::int64_t generation = 0;
   std::int64_t cuts = 0;           // members cut short since the last step event
+  std::int64_t skipped = 0;        // steps skipped for non-finite values since the last step event
   std::vector<double> shares;      // each member's share of the global batch, rank order
   std::vector<double> throughput;  // each member's smoothed samples/s, rank order
 };
@@ -93,6 +94,7 @@ struct run_summary {
   std::int64_t samples = 0;    // samples trained in this run
   std::int64_t membership_changes = 0;
   std::int64_t cuts = 0;          // members cut short at their deadline
+  std::int64_t skipped_steps = 0; // not applied: non-finite loss or gradients (train.on_nonfinite = "skip")
   std::int64_t requeued = 0;      // indices handed out again (cuts and faults)
   double max_recovery_ms = 0.0;   // longest fault-to-next-step time
   std::string checkpoint;      // the last checkpoint written, if any

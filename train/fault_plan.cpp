@@ -9,7 +9,7 @@ namespace {
 
 [[noreturn]] void bad(const std::string& text, const std::string& why) {
   throw config_error("fault spec '" + text + "': " + why +
-                     " (forms: fail:R@S, hang:R@S, slow:R:F[@S], jitter:R:P:MS, leave:R@S, join:cpu@S, perturb:R@S, "
+                     " (forms: fail:R@S, hang:R@S, slow:R:F[@S], jitter:R:P:MS, leave:R@S, join:cpu@S, perturb:R@S, nan:R@S, "
                      "crash:loader@S, crash:reducer@S)");
 }
 
@@ -69,12 +69,13 @@ fault_spec parse_fault_spec(const std::string& text) {
   if (parts.size() < 2) bad(text, "missing the device number");
   f.device = number<int>(text, parts[1], "device");
   if (f.device < 0) bad(text, "device numbers start at 0");
-  if (kind == "fail" || kind == "hang" || kind == "leave" || kind == "perturb") {
+  if (kind == "fail" || kind == "hang" || kind == "leave" || kind == "perturb" || kind == "nan") {
     need(2, true);
-    f.kind = kind == "fail"    ? fault_kind::fail
-             : kind == "hang"  ? fault_kind::hang
-             : kind == "leave" ? fault_kind::leave
-                               : fault_kind::perturb;
+    f.kind = kind == "fail"      ? fault_kind::fail
+             : kind == "hang"    ? fault_kind::hang
+             : kind == "leave"   ? fault_kind::leave
+             : kind == "perturb" ? fault_kind::perturb
+                                 : fault_kind::nan;
   } else if (kind == "slow") {
     need(3, false);
     f.kind = fault_kind::slow;
@@ -102,7 +103,7 @@ std::vector<fault_spec> parse_fault_specs(const std::vector<std::string>& texts)
 
 bool is_device_fault(const fault_spec& f) noexcept {
   return f.kind == fault_kind::fail || f.kind == fault_kind::hang || f.kind == fault_kind::slow ||
-         f.kind == fault_kind::jitter || f.kind == fault_kind::perturb;
+         f.kind == fault_kind::jitter || f.kind == fault_kind::perturb || f.kind == fault_kind::nan;
 }
 
 }  // namespace dpactor

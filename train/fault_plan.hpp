@@ -9,6 +9,8 @@
 //   join:cpu@S      a new CPU device joins before step S
 //   perturb:R@S     device R's state is corrupted (a bit flips) before step S:
 //                   for tests of train.verify_replicas
+//   nan:R@S         device R's gradients of step S hold a NaN: for tests of
+//                   train.on_nonfinite
 //   crash:loader@S  the loader throws as it issues step S, crash:reducer@S the
 //                   reducer as it commits step S: for tests that an exception
 //                   in any actor ends the run
@@ -21,7 +23,7 @@
 
 namespace dpactor {
 
-enum class fault_kind { fail, hang, slow, jitter, leave, join, perturb, crash };
+enum class fault_kind { fail, hang, slow, jitter, leave, join, perturb, nan, crash };
 
 // What crash:A@S brings down.
 enum class crash_target { loader, reducer };
@@ -41,7 +43,7 @@ struct fault_spec {
 fault_spec parse_fault_spec(const std::string& text);
 std::vector<fault_spec> parse_fault_specs(const std::vector<std::string>& texts);
 
-// Faults that act inside a device's steps (fail, hang, slow, jitter, perturb).
+// Faults that act inside a device's steps (fail, hang, slow, jitter, perturb, nan).
 bool is_device_fault(const fault_spec& f) noexcept;
 
 }  // namespace dpactor

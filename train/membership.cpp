@@ -147,20 +147,12 @@ std::vector<std::int32_t> membership::on_late(std::int64_t step, std::int32_t ra
   return cut;
 }
 
-hang_verdict membership::check_hang(clock::time_point now, clock::time_point last_progress, double timeout_s,
-                                    std::int64_t committed) const {
-  hang_verdict v;
-  v.stalled_s = std::chrono::duration<double>(now - last_progress).count();
-  v.stalled = v.stalled_s > timeout_s;
-  if (!v.stalled || late_.step <= committed) return v;
+std::vector<std::size_t> membership::late_suspects(std::int64_t committed) const {
+  std::vector<std::size_t> suspects;
+  if (late_.step <= committed) return suspects;
   for (const auto r : late_.missing)
-    if (r >= 0 && static_cast<std::size_t>(r) < members_.size()) v.suspects.push_back(static_cast<std::size_t>(r));
-  return v;
-}
-
-double hang_timeout(double configured_s, double median_step_s) {
-  if (configured_s > 0.0) return configured_s;
-  return std::max(1.0, 20.0 * median_step_s);
+    if (r >= 0 && static_cast<std::size_t>(r) < members_.size()) suspects.push_back(static_cast<std::size_t>(r));
+  return suspects;
 }
 
 }  // namespace dpactor

@@ -34,13 +34,6 @@ struct state_source {
   std::int64_t through = -1;        // steps up to this one are in that state
 };
 
-// What a look for a hang found.
-struct hang_verdict {
-  bool stalled = false;              // no progress for longer than the timeout
-  double stalled_s = 0.0;
-  std::vector<std::size_t> suspects; // ranks the others waited for; empty: nobody to blame
-};
-
 class membership {
  public:
   using clock = std::chrono::steady_clock;
@@ -101,10 +94,9 @@ class membership {
   // report, never one that reported waiting itself.
   std::vector<std::int32_t> on_late(std::int64_t step, std::int32_t rank, std::span<const std::int32_t> missing,
                                     std::int64_t committed);
-  // Whether the job has made no progress since `last_progress` for longer
-  // than `timeout_s`, and whom to blame: the suspects of the stalled step.
-  hang_verdict check_hang(clock::time_point now, clock::time_point last_progress, double timeout_s,
-                          std::int64_t committed) const;
+  // The ranks the members waiting in the collective of the step after
+  // `committed` reported missing (See Note [Progress-based hang detection]).
+  std::vector<std::size_t> late_suspects(std::int64_t committed) const;
 
  private:
   struct late_report {
@@ -121,9 +113,5 @@ class membership {
   std::vector<std::string> reasons_;         // for the next generation's event
   late_report late_;
 };
-
-// The hang timeout in seconds: the configured one, or max(1 s, 20 x the
-// median step time).
-double hang_timeout(double configured_s, double median_step_s);
 
 }  // namespace dpactor

@@ -10,10 +10,24 @@
 namespace dpactor {
 namespace {
 
+// Skipped steps in a row after which "skip" gives up: the state itself is
+// beyond repair, and skipping forever would only burn the data.
+constexpr std::int64_t max_consecutive_skips = 100;
+
 double seconds(step_book::clock::duration d) { return std::chrono::duration<double>(d).count(); }
 double ratio(double num, double den) { return den > 0.0 ? num / den : 0.0; }
 double mean_loss(const batch_stats& s) { return ratio(s.loss_sum, static_cast<double>(s.samples)); }
 double accuracy(const batch_stats& s) { return ratio(static_cast<double>(s.correct), static_cast<double>(s.samples)); }
+
+// "step 12: the loss is nan and 310 gradient values are not finite"
+std::string nonfinite_text(std::int64_t step, double loss_sum, std::int64_t nonfinite) {
+  std::string text = "step " + std::to_string(step + 1) + ": ";
+  if (!std::isfinite(loss_sum)) text += "the loss is " + std::string(std::isnan(loss_sum) ? "nan" : "inf");
+  if (nonfinite > 0)
+    text += std::string(std::isfinite(loss_sum) ? "" : " and ") + std::to_string(nonfinite) + " gradient value" +
+            (nonfinite == 1 ? " is" : "s are") + " not finite";
+  return text;
+}
 
 }  // namespace
 
@@ -47,6 +61,8 @@ void step_book::record(std::int32_t rank, step_record&& rec) {
     t.member_samples = std::move(rec.member_samples);
     t.member_returned = std::move(rec.member_returned);
     t.lr = rec.lr;
+    t.nonfinite = rec.nonfinite;
+    t.applied = rec.applied;
   }
   if (setup_.verify_replicas) {
     if (!t.checksum) {
@@ -85,20 +101,27 @@ step_commit step_book::commit_ready(std::size_t members, clock::time_point now) 
   const auto previous_commit = last_commit_;
   while (!steps_.empty() && steps_.begin()->first == committed_ + 1 && complete(steps_.begin()->second, members)) {
     auto node = steps_.extract(steps_.begin());
-    const step_tally& t = node.mapped();
+    step_tally& t = node.mapped();
     for (std::size_t r = 0; r < members && r < t.compute_s.size(); ++r)
       throughput_.record(r, static_cast<std::int64_t>(t.member_samples[r]), t.compute_s[r]);
-    // A non-finite loss means non-finite gradients: this step's update has
-    // poisoned the parameters. Stop before it is committed or checkpointed.
-    if (!std::isfinite(t.stats.loss_sum))
-      throw training_error("step " + std::to_string(node.key() + 1) + ": the loss is not finite (" +
-                           std::to_string(t.stats.loss_sum) + "): training diverged; lower optimizer.lr, or "
-                           "resume from the last checkpoint, which is unaffected");
+    // See Note [Non-finite steps]: nobody applied this step.
+    if (!t.applied || !std::isfinite(t.stats.loss_sum)) {
+      const std::string what = nonfinite_text(node.key(), t.stats.loss_sum, t.nonfinite);
+      if (!setup_.skip_nonfinite || t.applied) throw nonfinite_step(node.key(), what);
+      if (++consecutive_skips_ >= max_consecutive_skips)
+        throw nonfinite_step(node.key(), what + "; the last " + std::to_string(max_consecutive_skips) +
+                                             " steps were all skipped (train.on_nonfinite = \"skip\")");
+      commit.skipped.push_back(what + "; skipped (train.on_nonfinite = \"skip\")");
+      ++summary_.skipped_steps;
+      ++interval_skipped_;
+      t.stats = {};  // nothing was trained: the averages and counts leave it out
+    }
     if (setup_.verify_replicas && t.differs)
       throw replicas_diverged(node.key(), t.first_rank, *t.differs,
                               "replicas diverged: ranks " + std::to_string(t.first_rank) + " and " +
                                   std::to_string(*t.differs) + " carried different state into step " +
                                   std::to_string(node.key() + 1) + " (train.verify_replicas)");
+    if (t.applied && std::isfinite(t.stats.loss_sum)) consecutive_skips_ = 0;
     account(node.key(), std::move(node.mapped()), commit, now);
     // The first step a new generation commits after a fault.
     if (fault_time_) {
@@ -159,10 +182,12 @@ void step_book::emit_step(std::int64_t step, const step_tally& t, clock::time_po
   e.samples_per_s = dt > 0.0 ? static_cast<double>(rate_samples_) / dt : last_rate_;
   e.generation = generation_;
   e.cuts = interval_cuts_;
+  e.skipped = interval_skipped_;
   e.shares = throughput_.shares();
   for (std::size_t r = 0; r < e.shares.size(); ++r) e.throughput.push_back(throughput_.throughput(r));
   emit_(e);
   interval_cuts_ = 0;
+  interval_skipped_ = 0;
   const auto since = interval_.since;
   interval_ = {{}, dt > 0.0 ? now : since};
   if (dt <= 0.0) return;

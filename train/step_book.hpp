@@ -32,6 +32,13 @@ namespace dpactor {
 
 // train.verify_replicas found two members that carried different state or
 // step counters into a step.
+// A step's loss or gradients held NaN or infinite values and
+// train.on_nonfinite is "stop" (See Note [Non-finite steps]).
+struct nonfinite_step : training_error {
+  nonfinite_step(std::int64_t step, const std::string& what) : training_error(what), step(step) {}
+  std::int64_t step;  // 0-based
+};
+
 struct replicas_diverged : training_error {
   replicas_diverged(std::int64_t step, std::int32_t rank, std::int32_t other, const std::string& what)
       : training_error(what), step(step), rank(rank), other(other) {}
@@ -46,6 +53,7 @@ struct step_book_setup {
   std::int64_t total_steps = 1;  // nominal steps of the run
   std::int64_t log_every = 50;
   bool verify_replicas = false;  // every member reports its checksum; a step needs them all
+  bool skip_nonfinite = false;   // train.on_nonfinite = "skip": such steps commit, unapplied
   double smoothing = 0.3;        // of the members' throughput averages
 };
 
@@ -54,6 +62,7 @@ struct step_book_setup {
 struct step_commit {
   std::int64_t through = -1;
   std::vector<step_returned> returned;
+  std::vector<std::string> skipped;  // why each step skipped for non-finite values was skipped
 };
 
 // An epoch as the loader's ledger closed it.
@@ -92,7 +101,8 @@ class step_book {
   void cut(std::int64_t step, std::int32_t rank, std::span<const std::uint32_t> returned);
   // Commits the complete steps that follow committed(), in order. Throws
   // replicas_diverged if two members carried different state into a step
-  // (verify_replicas), training_error if a step's loss is not finite.
+  // (verify_replicas), nonfinite_step if a step's loss or gradients were not
+  // finite and such steps are not skipped.
   step_commit commit_ready(std::size_t members, clock::time_point now);
   // After a fault: the state source holds every step up to `through`,
   // complete or not; they are committed as they stand and everything in
@@ -130,6 +140,8 @@ class step_book {
     std::vector<float> member_samples;     // per member
     std::vector<float> member_returned;    // per member: how many indices a cut returned
     std::optional<double> lr;              // the rate applied (rank 0's report)
+    std::int64_t nonfinite = 0;            // non-finite gradient values (rank 0's report)
+    bool applied = true;
   };
   struct eval_tally {
     std::int32_t reported = 0;
@@ -156,6 +168,8 @@ class step_book {
   running_stats interval_, epoch_;
   std::int64_t epoch_step_ = 0;
   std::int64_t interval_cuts_ = 0;
+  std::int64_t interval_skipped_ = 0;
+  std::int64_t consecutive_skips_ = 0;
   std::int64_t rate_samples_ = 0;  // since interval_.since
   double last_rate_ = 0.0;         // samples/s of the last step event
   throughput_tracker throughput_;

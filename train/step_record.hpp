@@ -7,6 +7,10 @@
 
 namespace dpactor {
 
+// What a step whose loss or gradients hold NaN or infinite values does
+// (train.on_nonfinite). See Note [Non-finite steps].
+enum class nonfinite_policy { stop, skip };
+
 struct step_record {
   std::int64_t step = 0;
   std::int64_t epoch = 0;
@@ -22,6 +26,10 @@ struct step_record {
   std::vector<float> member_samples;   // per member
   std::vector<float> member_returned;  // per member: indices returned by a cut
   double lr = 0.0;                     // the learning rate the step applied
+  // NaN and infinite gradient values, over all members; with a non-finite
+  // loss, a step nobody applied (See Note [Non-finite steps]).
+  std::int64_t nonfinite = 0;
+  bool applied = true;
 };
 
 // The indices a cut member returned from one step: trained later.

@@ -5,6 +5,8 @@
 #include <sys/prctl.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <string>
 #include <thread>
 
@@ -103,10 +105,13 @@ const fault_spec* step_runner::inject_step_faults(const step_shard& shard, const
 }
 
 step_runner::computed step_runner::compute_slices(const step_shard& shard, replica& model, const dataset& train,
-                                                  const device_control& control, const collective_group& group) {
+                                                  device_control& control, const collective_group& group) {
   computed c;
   c.schedule_position = shard.schedule_position;
+  c.step = shard.step;
+  c.progress = &control.progress;
   c.start = clock_type::now();
+  control.progress.mark(device_phase::forward, shard.step);
   const fault_spec* slow = inject_step_faults(shard, control, group);
   const std::size_t slices = shard.slices();
   tree_.emplace(slices);
@@ -124,6 +129,7 @@ step_runner::computed step_runner::compute_slices(const step_shard& shard, repli
     free_.pop_back();
     const std::size_t at = slice * shard.slice_rows;
     const auto slice_rows = rows.subspan(at, std::min<std::size_t>(shard.slice_rows, rows.size() - at));
+    control.progress.mark(device_phase::forward, shard.step);
     c.stats += model.accumulate_slice(train.batch(slice_rows), buffers_[buffer]);
     c.digest += sample_digest(slice_rows);
     builder_.add_leaf(slice, buffer, buffers_, free_);
@@ -141,11 +147,14 @@ step_runner::computed step_runner::compute_slices(const step_shard& shard, repli
 }
 
 step_runner::computed step_runner::compute(const step_shard& shard, replica& model, const dataset& train,
-                                           const device_control& control, const collective_group& group,
+                                           device_control& control, const collective_group& group,
                                            collective* comm) {
   computed c;
   c.schedule_position = shard.schedule_position;
+  c.step = shard.step;
+  c.progress = &control.progress;
   c.start = clock_type::now();
+  control.progress.mark(device_phase::forward, shard.step);
   model.zero_grad();
   const bool overlap = comm != nullptr && comm->overlaps_compute();
   if (overlap) {
@@ -162,7 +171,9 @@ step_runner::computed step_runner::compute(const step_shard& shard, replica& mod
     const auto start = clock_type::now();
     const bool last = c.done + slice.size() == rows.size();
     if (!last) model.prefetch(train.batch(slice_at(c.done + slice.size())));  // See Note [Data on the GPU]
-    c.stats += model.accumulate(train.batch(slice), overlap && last ? &starter_ : nullptr);
+    control.progress.mark(device_phase::forward, shard.step);
+    backward_marker_.begin(&control.progress, shard.step, overlap && last ? &starter_ : nullptr);
+    c.stats += model.accumulate(train.batch(slice), &backward_marker_);
     c.digest += sample_digest(slice);
     c.done += slice.size();
     if (slow != nullptr) injected_delay(control, shard.step, (slow->factor - 1.0) * seconds_since(start));
@@ -171,14 +182,53 @@ step_runner::computed step_runner::compute(const step_shard& shard, replica& mod
   return c;
 }
 
+void step_runner::backward_marker::begin(device_progress* progress, std::int64_t step, gradient_listener* next) noexcept {
+  progress_ = progress;
+  step_ = step;
+  next_ = next;
+  marked_ = false;
+}
+
+void step_runner::backward_marker::on_gradients_ready(std::span<float> gradients, std::size_t tensor) {
+  if (!marked_) {
+    progress_->mark(device_phase::backward, step_);
+    marked_ = true;
+  }
+  if (next_ != nullptr) next_->on_gradients_ready(gradients, tensor);
+}
+
+std::int64_t step_runner::count_nonfinite_gradients(const computed& c, replica& model) {
+  if (!c.sliced) return model.count_nonfinite_gradients();
+  std::int64_t n = 0;
+  for (const auto& [node, buffer] : builder_.held()) n += count_nonfinite(buffers_[buffer]);
+  return n;
+}
+
+// fault spec nan:R@S: the first gradient this member holds becomes NaN.
+void step_runner::poison_gradients(const computed& c, replica& model) {
+  std::span<float> grads = model.gradients();
+  if (c.sliced && !builder_.held().empty()) grads = buffers_[builder_.held().front().second];
+  if (model.native_stream() == nullptr) {
+    grads[0] = std::numeric_limits<float>::quiet_NaN();
+    return;
+  }
+  throw std::logic_error("fault spec nan:R@S: only CPU replicas");
+}
+
+bool step_runner::header_is_finite() const noexcept {
+  return header_[h_nonfinite] == 0.0f && std::isfinite(header_[h_loss]);
+}
+
 std::span<const float> step_runner::reduce_header(const computed& c, std::size_t returned, collective& comm,
-                                                  const collective_options& options, late_observer* observer) {
+                                                  const collective_options& options, late_observer* observer,
+                                                  device_progress& progress) {
   const auto members = static_cast<std::size_t>(comm.size());
   const auto rank = static_cast<std::size_t>(comm.rank());
   header_.assign(h_members + 3 * members, 0.0f);
   header_[h_samples] = static_cast<float>(c.stats.samples);
   header_[h_loss] = static_cast<float>(c.stats.loss_sum);
   header_[h_correct] = static_cast<float>(c.stats.correct);
+  header_[h_nonfinite] = static_cast<float>(nonfinite_local_);
   header_[h_members + rank] = static_cast<float>(c.compute_s);
   header_[h_members + members + rank] = static_cast<float>(c.stats.samples);
   header_[h_members + 2 * members + rank] = static_cast<float>(returned);
@@ -187,6 +237,7 @@ std::span<const float> step_runner::reduce_header(const computed& c, std::size_t
   header_options.observer = observer;
   const double allowed = std::max(late_floor_s_, late_factor_ * compute_times_.median());
   header_options.late_at = c.start + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(allowed));
+  progress.mark(device_phase::collective, c.step);
   comm.all_reduce_sum(header_, header_options);
   for (std::size_t r = 0; r < members; ++r)
     if (header_[h_members + 2 * members + r] == 0.0f && header_[h_members + members + r] > 0.0f)
@@ -197,17 +248,23 @@ std::span<const float> step_runner::reduce_header(const computed& c, std::size_t
 std::span<const float> step_runner::synchronize(const computed& c, std::size_t returned, replica& model,
                                                 collective& comm, const collective_options& options,
                                                 late_observer* observer, const lr_schedule& schedule) {
+  device_progress& progress = *c.progress;
   const std::span<float> grads = model.gradients();
   whole_ = {0, grads.size(), 0};  // the gradients as one part
   lr_ = schedule.at(c.schedule_position);
+  // See Note [Non-finite steps]: the count travels in the header.
+  if (!faults_.empty() && find_fault(fault_kind::nan, c.step + 1)) poison_gradients(c, model);
+  nonfinite_local_ = count_nonfinite_gradients(c, model);
+  applied_ = true;
   if (c.sliced) {
     // See Note [Summation tree]: the nodes this member holds go into the
     // tree's reduce-scatter; its chunk of the root lands in `grads`.
-    reduce_header(c, 0, comm, options, observer);
+    reduce_header(c, 0, comm, options, observer, progress);
+    if (!header_is_finite()) return skip(model);
     parts_.clear();
     for (const auto& [node, buffer] : builder_.held()) parts_.push_back({node, buffers_[buffer]});
     comm.reduce_scatter_tree(tree_->slices(), parts_, grads, options);
-    return update(model, comm, options, lr_, {&whole_, 1});
+    return update(model, comm, options, lr_, {&whole_, 1}, c.step, progress);
   }
   // See Note [Sharded optimizer step], and Note [Gradient buckets] for a
   // backend that overlaps: its buckets not started during backward start now,
@@ -217,18 +274,28 @@ std::span<const float> step_runner::synchronize(const computed& c, std::size_t r
   if (comm.overlaps_compute()) {
     if (c.overlapped != &comm) starter_.begin_step(buckets(model), &comm, model.native_stream());
     starter_.finish(grads);
-    reduce_header(c, returned, comm, options, observer);
+    reduce_header(c, returned, comm, options, observer, progress);
+    if (!header_is_finite()) return skip(model);
     parts = buckets(model);
   } else {
-    reduce_header(c, returned, comm, options, observer);
+    reduce_header(c, returned, comm, options, observer, progress);
+    if (!header_is_finite()) return skip(model);
     comm.reduce_scatter_sum(grads, options);
     parts = {&whole_, 1};
   }
-  return update(model, comm, options, lr_, parts);
+  return update(model, comm, options, lr_, parts, c.step, progress);
+}
+
+std::span<const float> step_runner::skip(replica& model) {
+  applied_ = false;
+  if (nonfinite_ == nonfinite_policy::skip) model.skip_step();
+  return header_;
 }
 
 std::span<const float> step_runner::update(replica& model, collective& comm, const collective_options& options,
-                                           double lr, std::span<const gradient_bucket> parts) {
+                                           double lr, std::span<const gradient_bucket> parts, std::int64_t step,
+                                           device_progress& progress) {
+  progress.mark(device_phase::optimizer, step);
   // A member alone gathers nothing, so no collective can fail after its
   // update: it updates in place (See replica::update_in_place).
   if (comm.size() == 1) {
@@ -239,6 +306,7 @@ std::span<const float> step_runner::update(replica& model, collective& comm, con
     const auto [begin, end] = comm.chunk(b.size(), comm.rank());
     model.apply_update(lr, header_[h_samples], b.begin + begin, b.begin + end);
   }
+  progress.mark(device_phase::collective, step);
   gather_parts_.clear();  // keeps its capacity
   for (const std::span<float> section : model.state_sections())
     for (const gradient_bucket& b : parts) gather_parts_.push_back(section.subspan(b.begin, b.size()));

@@ -13,7 +13,9 @@
 #include <stdexcept>
 #include <vector>
 
+#include "train/device_progress.hpp"
 #include "train/fault_plan.hpp"
+#include "train/step_record.hpp"
 #include "train/step_shard.hpp"
 #include "train/straggler.hpp"
 #include "comms/collective.hpp"
@@ -26,10 +28,25 @@
 
 namespace dpactor {
 
-// Shared by a device and the reducer, in-process. See Note [Cutting a step short].
+// Shared by a device and the reducer, in-process. See Note [Cutting a step
+// short] and Note [Progress-based hang detection].
 struct device_control {
   std::atomic<std::int64_t> cut_step{-1};
+  device_progress progress;
 };
+
+
+// Note [Non-finite steps]
+// Every member counts the NaN and infinite values in its own gradient sums
+// before the step's collectives and adds the count to the step header, which
+// also carries the loss sum; the header is all-reduced before the gradients
+// (and before any update), so every member sees the same count and loss and
+// makes the same choice: a step with a non-finite loss or any non-finite
+// gradient is not applied by anyone. Its gradients are not reduced either
+// (nothing would read them). With "skip" the step counter moves on and the
+// run goes on; with "stop" every member stops working in the generation, its
+// state still the last committed step's, and the reducer stops the run with
+// an error naming the step and writes that state as the final checkpoint.
 
 struct injected_failure : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -38,7 +55,7 @@ struct injected_failure : std::runtime_error {
 // Slots of the step header all-reduced before the gradients: samples, loss sum
 // and correct count summed over members, then each member's compute time,
 // sample count and returned count in its own slot.
-enum header_slot : std::size_t { h_samples = 0, h_loss = 1, h_correct = 2, h_members = 3 };
+enum header_slot : std::size_t { h_samples = 0, h_loss = 1, h_correct = 2, h_nonfinite = 3, h_members = 4 };
 
 class step_runner {
  public:
@@ -53,6 +70,8 @@ class step_runner {
     clock::time_point start;
     collective* overlapped = nullptr;  // the endpoint whose buckets compute() started
     double schedule_position = 0.0;    // the shard's (See Note [Schedule position])
+    std::int64_t step = 0;
+    device_progress* progress = nullptr;  // the member's (See Note [Progress-based hang detection])
   };
 
   // `faults` are this device's injected faults (fail, hang, slow, jitter);
@@ -68,15 +87,15 @@ class step_runner {
   // `comm` that overlaps compute, the gradient buckets' reductions start
   // during the backward pass of the shard's last micro-batch (See Note
   // [Gradient buckets]); the next synchronize() must use the same `comm`.
-  computed compute(const step_shard& shard, replica& model, const dataset& train, const device_control& control,
+  computed compute(const step_shard& shard, replica& model, const dataset& train, device_control& control,
                    const collective_group& group, collective* comm = nullptr);
 
   // Reproducible mode: claims and computes slices of the step (its own range,
   // then any left unclaimed), holding the complete tree nodes they make (See
   // Note [Stealing slices] and Note [Summation tree]). Throws
   // injected_failure.
-  computed compute_slices(const step_shard& shard, replica& model, const dataset& train,
-                          const device_control& control, const collective_group& group);
+  computed compute_slices(const step_shard& shard, replica& model, const dataset& train, device_control& control,
+                          const collective_group& group);
 
   // The step's collectives and this member's part of the optimizer step.
   // A member still waiting for others at the deadline tells `observer`.
@@ -86,6 +105,10 @@ class step_runner {
                                      const lr_schedule& schedule);
   // The learning rate the last synchronize() applied.
   double applied_lr() const noexcept { return lr_; }
+  // Whether the last synchronize() applied its update: false for a step with
+  // non-finite values (See Note [Non-finite steps]).
+  bool applied() const noexcept { return applied_; }
+  void set_nonfinite_policy(nonfinite_policy p) noexcept { nonfinite_ = p; }
 
   // The buckets planned for `model` (planned on first use).
   std::span<const gradient_bucket> buckets(const replica& model);
@@ -116,12 +139,36 @@ class step_runner {
                                        const collective_group& group);
   // The optimizer step on this member's chunk of each part, and the gather.
   std::span<const float> update(replica& model, collective& comm, const collective_options& options, double lr,
-                                std::span<const gradient_bucket> parts);
+                                std::span<const gradient_bucket> parts, std::int64_t step, device_progress& progress);
+  // A step not applied (See Note [Non-finite steps]).
+  std::span<const float> skip(replica& model);
   std::span<const float> reduce_header(const computed& c, std::size_t returned, collective& comm,
-                                       const collective_options& options, late_observer* observer);
+                                       const collective_options& options, late_observer* observer,
+                                       device_progress& progress);
+  void poison_gradients(const computed& c, replica& model);
+  // NaN and infinite values in the gradient sums this member holds.
+  std::int64_t count_nonfinite_gradients(const computed& c, replica& model);
+  // After the header: whether every member goes on with the step's update.
+  bool header_is_finite() const noexcept;
+  // Marks backward (the first layer gradients done) and passes them on.
+  class backward_marker final : public gradient_listener {
+   public:
+    void begin(device_progress* progress, std::int64_t step, gradient_listener* next) noexcept;
+    void on_gradients_ready(std::span<float> gradients, std::size_t tensor) override;
+
+   private:
+    device_progress* progress_ = nullptr;
+    std::int64_t step_ = 0;
+    gradient_listener* next_ = nullptr;
+    bool marked_ = false;
+  };
+  backward_marker backward_marker_;
 
   int device_id_;
   double lr_ = 0.0;
+  bool applied_ = true;
+  std::int64_t nonfinite_local_ = 0;
+  nonfinite_policy nonfinite_ = nonfinite_policy::stop;
   std::vector<fault_spec> faults_;
   std::uint64_t fault_seed_;
   std::optional<rng> jitter_rng_;

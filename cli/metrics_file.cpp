@@ -7,6 +7,7 @@
 #include <system_error>
 
 #include "tensors/error.hpp"
+#include "train/checkpoint.hpp"
 
 namespace dpactor::cli {
 namespace {
@@ -37,18 +38,31 @@ bool inside(const fs::path& file, const fs::path& dir) {
   return true;  // `file` is `dir` or below it
 }
 
+// Whether `file` is a path the checkpoints in `dir` own: the directory, its
+// lock, `latest`, a checkpoint (step-*) or a temporary one (.tmp-*), or
+// anything inside those. Other files in the directory are the user's.
+bool owned_by_checkpoints(const fs::path& file, const fs::path& dir) {
+  if (!inside(file, dir)) return false;
+  const fs::path rest = file.lexically_relative(dir);
+  if (rest.empty() || rest == ".") return true;
+  const std::string first = rest.begin()->string();
+  const std::string own = dir.filename().string();
+  return own.starts_with("step-") || first == "latest" || first == ".lock" || first.starts_with("step-") ||
+         first.starts_with(checkpoint_tmp_prefix);
+}
+
 }  // namespace
 
 void refuse_metrics_on_inputs(const std::string& metrics, const std::vector<run_input>& inputs) {
   const fs::path target = resolved(metrics);
   for (const run_input& in : inputs) {
-    const bool clash = in.directory ? same_file(metrics, in.path) || inside(target, resolved(in.path))
+    const bool clash = in.directory ? same_file(metrics, in.path) || owned_by_checkpoints(target, resolved(in.path))
                                     : same_file(metrics, in.path);
     if (!clash) continue;
     const std::string named = in.what + " (" + in.source + (in.source.starts_with("--") ? " " : " = ") + in.path + ")";
     if (in.directory)
-      throw config_error("--metrics " + metrics + ": is inside " + named +
-                         ", which holds checkpoints only: choose a metrics file outside it");
+      throw config_error("--metrics " + metrics + ": is a path the checkpoints in " + named +
+                         " own (latest, .lock, step-*, .tmp-*): choose another file");
     throw config_error("--metrics " + metrics + ": is " + named +
                        ", an input of this run that the metrics file would overwrite: choose another file");
   }

@@ -280,9 +280,18 @@ TEST_F(Cli, MetricsNamingADataFileIsRefusedBeforeTrainingAndTheDataIsUntouched) 
 }
 
 TEST_F(Cli, MetricsInsideTheCheckpointDirectoryIsRefused) {
-  expect_failure({"--model", "job.cfg", "--checkpoint-dir", "ckpt", "--metrics", "ckpt/m.jsonl"}, 2,
-                 "--metrics ckpt/m.jsonl: is inside the checkpoint directory (train.checkpoint_dir = ckpt)");
+  expect_failure({"--model", "job.cfg", "--checkpoint-dir", "ckpt", "--metrics", "ckpt/latest"}, 2,
+                 "--metrics ckpt/latest: is a path the checkpoints in the checkpoint directory (train.checkpoint_dir = "
+                 "ckpt) own");
+  expect_failure({"--model", "job.cfg", "--checkpoint-dir", "ckpt", "--metrics", "ckpt/step-00000005/m.jsonl"}, 2,
+                 "the checkpoint directory (train.checkpoint_dir = ckpt) own");
   EXPECT_FALSE(fs::exists(dir / "ckpt"));
+  // Any other file in the directory is the user's: checkpoint_dir = "." and
+  // metrics in the same folder is a normal layout.
+  const testing::process_result r =
+      testing::run_cli({"--model", "job.cfg", "--checkpoint-dir", ".", "--metrics", "m.jsonl"}, dir.path());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(fs::exists(dir / "m.jsonl"));
 }
 
 TEST_F(Cli, AMetricsWriteErrorStopsTheRunWithACheckpointAndExitsOne) {

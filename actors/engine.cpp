@@ -42,6 +42,9 @@ std::span<const float> parameter_snapshot::tensor(const std::string& name) const
   return std::span<const float>(values).subspan(t->offset, t->numel());
 }
 
+// How long a teardown waits for the actors' threads (See Note [Bounded shutdown]).
+constexpr auto shutdown_bound = std::chrono::seconds(10);
+
 struct Engine::impl {
   job_config config;
   run_options options;
@@ -60,14 +63,61 @@ struct Engine::impl {
   std::chrono::steady_clock::time_point started;
   state_layout layout;
 
+  // Every device ever spawned (joins too), for the shutdown's report.
+  struct spawned_device {
+    std::string name;
+    std::shared_ptr<device_control> control;
+  };
+  std::shared_ptr<std::mutex> spawned_mutex = std::make_shared<std::mutex>();
+  std::shared_ptr<std::vector<spawned_device>> spawned = std::make_shared<std::vector<spawned_device>>();
+  std::atomic<bool> left_behind{false};
+
+  // Note [Bounded shutdown]
+  // ~actor_system waits for every actor to finish, and a detached actor
+  // finishes only when its thread returns. A device thread stuck for good (a
+  // hung driver call; the fault spec stuck:R@S) would hold the teardown, and
+  // with it Engine::wait() and the program, forever. The teardown asks every
+  // actor to exit and waits up to shutdown_bound for them; past it, it logs
+  // the devices still inside a step (by their last phase) and leaves the
+  // actor system running for them instead of destroying it: its memory is
+  // leaked, and left_threads_behind() tells the program to _Exit.
   void teardown() {
     std::unique_lock lock(system_mutex);
     if (!system) return;
     for (const auto& a : actors) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
     actors.clear();
     reducer = reducer_actor{};
-    system.reset();  // waits for every actor to finish
+    const auto deadline = std::chrono::steady_clock::now() + shutdown_bound;
+    while (system->registry().running() > 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (const std::size_t left = system->registry().running(); left > 0) {
+      spdlog::error("shutdown: {} actor{} still running after {} s, left behind: {}", left, left == 1 ? "" : "s",
+                    std::chrono::duration_cast<std::chrono::seconds>(shutdown_bound).count(), stuck_devices());
+      left_behind = true;
+      (void)system.release();         // never destroyed: its threads still run
+      (void)system_config.release();  // which it refers to
+      return;
+    }
+    system.reset();
     system_config.reset();
+  }
+
+  // "cpu:1 (last seen in forward of step 7, 31.2 s ago)", for each device not
+  // between steps.
+  std::string stuck_devices() const {
+    std::lock_guard lock(*spawned_mutex);
+    std::string out;
+    const auto now = device_progress::clock::now();
+    for (const auto& d : *spawned) {
+      const auto p = d.control->progress.read();
+      if (p.phase == device_phase::data) continue;
+      char text[160];
+      std::snprintf(text, sizeof text, "%s (last seen in %s of step %lld, %.1f s ago)", d.name.c_str(),
+                    std::string(phase_name(p.phase)).c_str(), static_cast<long long>(p.step + 1),
+                    std::chrono::duration<double>(now - p.since).count());
+      out += (out.empty() ? "" : ", ") + std::string(text);
+    }
+    return out.empty() ? "no device inside a step (the loader, reducer or checkpoint writer)" : out;
   }
 };
 
@@ -106,6 +156,8 @@ int Engine::replica_count() const noexcept {
 
 bool Engine::running() const { return impl_->running; }
 
+bool Engine::left_threads_behind() const noexcept { return impl_->left_behind; }
+
 void Engine::stop() {
   impl_->stop_requested = true;
   std::shared_lock lock(impl_->system_mutex);
@@ -132,9 +184,18 @@ void Engine::start() {
   checkpoint_writer_actor writer;
   if (writer_setup) writer = system->spawn<caf::detached>(checkpoint_writer_behavior, writer_setup);
   // Spawns device `id`, at the start and for joins (the reducer calls it).
-  auto spawn_device = [&config, plan, control = m.control, sys = system.get()](int id) {
+  {
+    std::lock_guard lock(*m.spawned_mutex);
+    m.spawned->clear();
+  }
+  auto spawn_device = [&config, plan, control = m.control, sys = system.get(), spawned = m.spawned,
+                       spawned_mutex = m.spawned_mutex](int id) {
     std::shared_ptr<device_setup> setup = make_device_setup(config, *plan, id);
     if (config.train.record_trained) setup->on_trained = [control](const trained_event& e) { control->emit(e); };
+    {
+      std::lock_guard lock(*spawned_mutex);
+      spawned->push_back({setup->name, setup->control});
+    }
     member_handle h{{}, id, setup->name, setup->control};
     h.actor = sys->spawn<caf::detached>(device_behavior, std::move(setup));
     return h;

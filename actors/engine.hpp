@@ -60,8 +60,14 @@ class Engine {
   // std::logic_error if a run is in progress.
   void start();
   // Blocks until the run ends; returns its summary, or throws the error that
-  // ended it (training_error, checkpoint_error). Tears the actors down.
+  // ended it (training_error, checkpoint_error). Tears the actors down,
+  // waiting at most 10 s for their threads (See Note [Bounded shutdown]).
   run_summary wait();
+  // Whether a teardown gave up on a thread that would not end (a device
+  // stuck in a driver call): it was logged by name, and the actor system was
+  // left running for it. A program should then end with std::_Exit rather
+  // than run static destructors under that thread.
+  bool left_threads_behind() const noexcept;
   // Asks the run to stop at the next step boundary (a checkpoint is written if
   // train.checkpoint_dir is set). Returns at once; safe from any thread, also
   // before start() (the next start() then returns without training).

@@ -280,13 +280,17 @@ void check_pause_complete(reducer_ptr self) {
   if (st.current != phase::pausing || !st.pause_point || st.book->committed() < *st.pause_point) return;
   // Every member has applied the pause point's step; nothing is in flight.
   st.members->take_due_changes(*st.pause_point);
-  apply_leaves(self);
-  const std::size_t old_members = st.members->members().size();
+  // Every member holds the pause point's state, the leaving ones too: one of
+  // them is asked for it if too few are left, before any is let go.
+  const std::optional<device_actor> holder =
+      st.members->members().empty() ? std::nullopt : std::optional(st.handle(0).actor);
+  const std::vector<int> left = st.members->apply_leaves();
   admit_joins(self);
-  if (old_members == 0 || st.members->members().size() < static_cast<std::size_t>(st.setup.min_devices)) {
-    stop_below_minimum(self, st.book->committed(), old_members > 0 ? std::optional(st.handle(0).actor) : std::nullopt);
+  if (st.members->members().empty() || st.members->members().size() < static_cast<std::size_t>(st.setup.min_devices)) {
+    stop_below_minimum(self, st.book->committed(), holder);  // the devices that left end with the run
     return;
   }
+  for (const int id : left) let_go(self, id);
   form_generation(self, 0);  // the old members are identical; rank 0 is one of them
   request_graceful_change(self);
   maybe_finish(self);

@@ -27,6 +27,11 @@
 
 namespace {
 
+// Set when the engine's teardown left a stuck device thread running (See Note
+// [Bounded shutdown]): main then ends the process with _Exit.
+bool threads_left_behind = false;
+
+
 using namespace dpactor;
 
 void setup_logging(const cli::options& opts) {
@@ -119,7 +124,15 @@ int run(int argc, char** argv, cli::signal_watch& signals) {
   });
 
   engine.start();
-  const run_summary summary = engine.wait();
+  const run_summary summary = [&] {
+    try {
+      return engine.wait();
+    } catch (...) {
+      threads_left_behind = engine.left_threads_behind();
+      throw;
+    }
+  }();
+  threads_left_behind = engine.left_threads_behind();
   if (metrics && !(metrics->write(to_json(summary)) && metrics->close()) && !metrics_failed.exchange(true))
     spdlog::error("{}", metrics->error().value_or(""));
   progress.print_summary(summary);
@@ -143,11 +156,21 @@ int main(int argc, char** argv) {
   // Before any thread: it may replace this process. See Note [OpenBLAS kernels on CPUs newer than the library].
   dpactor::reexec_with_better_blas_kernels(argv);
   cli::signal_watch signals;
+  int code = cli::exit_internal;
   try {
-    return run(argc, argv, signals);
+    code = run(argc, argv, signals);
   } catch (const dpactor::error& e) {
-    return fail(e.what(), cli::exit_code_for(e.kind()));
+    code = fail(e.what(), cli::exit_code_for(e.kind()));
   } catch (const std::exception& e) {
-    return fail(std::string("internal error: ") + e.what(), cli::exit_internal);
+    code = fail(std::string("internal error: ") + e.what(), cli::exit_internal);
   }
+  // See Note [Bounded shutdown]: static destructors must not run under a
+  // thread that is still inside a step.
+  if (threads_left_behind) {
+    spdlog::default_logger()->flush();
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(code);
+  }
+  return code;
 }

@@ -72,6 +72,37 @@ TEST(Checkpoint, RoundTripsStateAndTrainerRecord) {
     EXPECT_EQ(entry.path().filename().string().find(".tmp"), std::string::npos) << "left behind: " << entry.path();
 }
 
+TEST(Checkpoint, NumbersOutOfRangeAreRefusedOnRead) {
+  // Before: an absurd step count resumed.
+  const fixture fx;
+  const auto refused = [&](trainer_record r, std::int64_t counter, const std::string& fragment) {
+    testing::scratch_dir dir;
+    std::vector<float> state = fx.state;
+    write_step_counter(state, fx.layout, counter);
+    write_checkpoint(dir.path(), fx.layout, state, r);
+    try {
+      read_checkpoint(dir.path(), fx.layout);
+      ADD_FAILURE() << "accepted; expected: " << fragment;
+    } catch (const checkpoint_error& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  trainer_record r = fx.record;
+  r.step = std::int64_t{1} << 50;
+  refused(r, r.step, "step 1125899906842624 is out of range");
+  r = fx.record;
+  refused(r, 76, "step 76 disagrees with trainer.json's step 77");
+  r = fx.record;
+  r.position.cursor = 101;
+  refused(r, 77, "ledger cursor 101 is beyond the 100 training samples");
+  r = fx.record;
+  r.position.front = {5, 100};
+  refused(r, 77, "ledger index 100 is beyond the 100 training samples");
+  r = fx.record;
+  r.position.epoch = -1;
+  refused(r, 77, "epoch -1 is out of range for step 77");
+}
+
 TEST(Checkpoint, KeepsOnlyTheNewest) {
   testing::scratch_dir dir;
   fixture fx;
@@ -187,6 +218,7 @@ TEST_P(CheckpointCrash, LeavesAResumableCheckpoint) {
   testing::scratch_dir dir;
   fixture fx;
   fx.record.step = 10;
+  write_step_counter(fx.state, fx.layout, 10);
   write_checkpoint(dir.path(), fx.layout, fx.state, fx.record);
   const std::string point = GetParam();
   for (const std::int64_t step : {std::int64_t{20}, std::int64_t{10}}) {  // a new step; the same step rewritten
@@ -199,6 +231,7 @@ TEST_P(CheckpointCrash, LeavesAResumableCheckpoint) {
       });
       std::vector<float> changed = fx.state;
       changed[0] = 99.0f;
+      write_step_counter(changed, fx.layout, step);
       trainer_record r = fx.record;
       r.step = step;
       write_checkpoint(dir.path(), fx.layout, changed, r);

@@ -334,6 +334,21 @@ TEST_F(Cli, AHugeLearningRateOnTheDefaultJobExitsFiveNamingTheStepAndLeavesAResu
       << resumed.output;
 }
 
+TEST_F(Cli, AThreadStuckForGoodDoesNotHoldTheProgramsExit) {
+  // Before: ~actor_system waited for the stuck device thread forever.
+  const auto start = std::chrono::steady_clock::now();
+  testing::cli_process child({"--model", "job.cfg", "--cpus", "1", "--inject", "stuck:0@3", "--set",
+                              "cluster.hang_timeout_s=0.3", "--set", "train.checkpoint_every=1"},
+                             dir.path());
+  const testing::process_result r = child.wait(std::chrono::seconds(120));
+  EXPECT_EQ(r.exit_code, 5) << r.output;
+  EXPECT_NE(r.output.find("shutdown: 1 actor still running after 10 s, left behind: cpu:0 (last seen in forward of step 3"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("the newest checkpoint is checkpoints/step-00000002"), std::string::npos) << r.output;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(90));
+}
+
 TEST_F(Cli, AFaultSpecForADeviceThatDoesNotExistIsRefused) {
   expect_failure({"--model", "job.cfg", "--cpus", "2", "--inject", "fail:7@3"}, 2,
                  "fail:7@3: there is no device 7: the run has devices 0 to 1");

@@ -17,6 +17,7 @@
 #include "tensors/error.hpp"
 #include "tensors/safetensors.hpp"
 #include "tests/test_support.hpp"
+#include "train/checkpoint.hpp"
 
 namespace dpactor {
 namespace {
@@ -115,6 +116,26 @@ TEST(Faults, AHungDeviceIsDetectedWithinTheHangTimeout) {
   for (const auto& e : r.epochs) EXPECT_EQ(e.samples, 1024);
   expect_exactly_once(r);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5)) << "the hung thread did not block shutdown";
+}
+
+TEST(Faults, TheLastDevicesLeavingCheckpointTheirStateAndStop) {
+  // Before: the leaving devices were let go first, and the run stopped with
+  // "no replica state left to checkpoint".
+  for (const auto& faults : {std::vector<std::string>{"leave:0@5"}, std::vector<std::string>{"leave:0@5", "leave:1@5"}}) {
+    testing::scratch_dir dir;
+    job_config c = faulty_job(static_cast<int>(faults.size()), faults);
+    c.train.checkpoint_dir = (dir / "ckpt").string();
+    try {
+      run(c);
+      FAIL() << "the run went on without devices";
+    } catch (const training_error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("training stopped after step 4: 0 devices left"), std::string::npos) << what;
+      EXPECT_NE(what.find("checkpoint written to"), std::string::npos) << what;
+    }
+    const loaded_checkpoint ckpt = read_checkpoint(dir / "ckpt", make_state_layout(c.model, c.optimizer));
+    EXPECT_EQ(ckpt.record.step, 4) << "the state the devices held when they left";
+  }
 }
 
 TEST(Faults, JoinAndLeaveTakeEffectAtTheirStepBoundaries) {

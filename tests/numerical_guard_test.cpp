@@ -119,6 +119,7 @@ TEST(NonFinite, ACheckpointWithANaNIsNeitherWrittenNorRead) {
   write_step_counter(state, l, 3);
   trainer_record r;
   r.step = 3;
+  r.train_samples = 1024;
   write_checkpoint(dir.path(), l, state, r);
   state[17] = std::numeric_limits<float>::infinity();
   r.step = 4;

@@ -121,6 +121,30 @@ void require_finite(std::span<const float> values, const flat_layout& layout, co
   throw checkpoint_error(what + ": a non-finite value at element " + std::to_string(*at));
 }
 
+// The trainer record's numbers are those a run can reach, and agree with the
+// optimizer's step counter: a damaged or hand-edited checkpoint is refused
+// before it can train, not after.
+void check_ranges(const trainer_record& r, std::int64_t counter, const fs::path& dir) {
+  constexpr std::int64_t max_steps = std::int64_t{1} << 40;  // as the config's step counts
+  const std::string where = (dir / "trainer.json").string() + ": ";
+  if (r.step < 0 || r.step > max_steps)
+    throw checkpoint_error(where + "step " + std::to_string(r.step) + " is out of range [0, 2^40]");
+  if (r.epoch < 0 || r.position.epoch < 0 || r.position.epoch > r.step + 1)
+    throw checkpoint_error(where + "epoch " + std::to_string(r.position.epoch) + " is out of range for step " +
+                           std::to_string(r.step));
+  if (r.train_samples == 0) throw checkpoint_error(where + "train_samples is 0");
+  if (r.position.cursor > r.train_samples)
+    throw checkpoint_error(where + "ledger cursor " + std::to_string(r.position.cursor) + " is beyond the " +
+                           std::to_string(r.train_samples) + " training samples");
+  for (const auto i : r.position.front)
+    if (i >= r.train_samples)
+      throw checkpoint_error(where + "ledger index " + std::to_string(i) + " is beyond the " +
+                             std::to_string(r.train_samples) + " training samples");
+  if (counter != r.step)
+    throw checkpoint_error((dir / "optimizer.safetensors").string() + ": step " + std::to_string(counter) +
+                           " disagrees with trainer.json's step " + std::to_string(r.step));
+}
+
 std::function<void(std::string_view)>& crash_hook() {
   static std::function<void(std::string_view)> hook;
   return hook;
@@ -222,11 +246,14 @@ loaded_checkpoint read_checkpoint(const fs::path& path, const state_layout& layo
   require_finite(std::span<const float>(out.state).first(layout.layout.size()), layout.layout, dir.string());
   const std::string* step = opt.find_metadata("step");
   if (step == nullptr) throw checkpoint_error((dir / "optimizer.safetensors").string() + ": metadata has no \"step\"");
+  std::int64_t counter = 0;
   try {
-    write_step_counter(out.state, layout, std::stoll(*step));
+    counter = std::stoll(*step);
   } catch (const std::exception&) {
     throw checkpoint_error((dir / "optimizer.safetensors").string() + ": metadata \"step\" is not a number");
   }
+  check_ranges(out.record, counter, dir);
+  write_step_counter(out.state, layout, counter);
   return out;
 }
 

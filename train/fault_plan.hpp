@@ -11,6 +11,9 @@
 //                   for tests of train.verify_replicas
 //   nan:R@S         device R's gradients of step S hold a NaN: for tests of
 //                   train.on_nonfinite
+//   stuck:R@S       device R's thread blocks in step S for good, deaf to
+//                   aborts (a driver or kernel hang): for tests of bounded
+//                   shutdown
 //   crash:loader@S  the loader throws as it issues step S, crash:reducer@S the
 //                   reducer as it commits step S: for tests that an exception
 //                   in any actor ends the run
@@ -23,7 +26,7 @@
 
 namespace dpactor {
 
-enum class fault_kind { fail, hang, slow, jitter, leave, join, perturb, nan, crash };
+enum class fault_kind { fail, hang, slow, jitter, leave, join, perturb, nan, stuck, crash };
 
 // What crash:A@S brings down.
 enum class crash_target { loader, reducer };
@@ -43,7 +46,7 @@ struct fault_spec {
 fault_spec parse_fault_spec(const std::string& text);
 std::vector<fault_spec> parse_fault_specs(const std::vector<std::string>& texts);
 
-// Faults that act inside a device's steps (fail, hang, slow, jitter, perturb, nan).
+// Faults that act inside a device's steps (fail, hang, slow, jitter, perturb, nan, stuck).
 bool is_device_fault(const fault_spec& f) noexcept;
 
 }  // namespace dpactor

@@ -97,6 +97,8 @@ const fault_spec* step_runner::inject_step_faults(const step_shard& shard, const
   if (find_fault(fault_kind::fail, step_number))
     throw injected_failure("injected failure (fault spec fail:" + std::to_string(device_id_) + "@" +
                            std::to_string(step_number) + ")");
+  if (find_fault(fault_kind::stuck, step_number))
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // never returns, as a hung driver call
   if (find_fault(fault_kind::hang, step_number)) {
     // Blocks until the reducer gives up on this member and aborts the group.
     while (!group.aborted()) std::this_thread::sleep_for(std::chrono::milliseconds(1));

@@ -2,6 +2,9 @@
 // clear errors for missing or corrupt checkpoints and weights files.
 
 #include <gtest/gtest.h>
+
+#include <fstream>
+#include <functional>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -10,6 +13,7 @@
 #include <csignal>
 
 #include "train/checkpoint.hpp"
+#include "train/checkpoint_checksum.hpp"
 #include "train/checkpoint_directory.hpp"
 #include "tensors/error.hpp"
 #include "tensors/safetensors.hpp"
@@ -73,13 +77,17 @@ TEST(Checkpoint, RoundTripsStateAndTrainerRecord) {
 }
 
 TEST(Checkpoint, NumbersOutOfRangeAreRefusedOnRead) {
-  // Before: an absurd step count resumed.
+  // Before: an absurd step count resumed. The trainer records are edited on
+  // disk, their checksum made again, as a buggy or hostile writer would.
   const fixture fx;
-  const auto refused = [&](trainer_record r, std::int64_t counter, const std::string& fragment) {
+  const auto refused = [&](const std::function<void(json&)>& edit, const std::string& fragment) {
     testing::scratch_dir dir;
-    std::vector<float> state = fx.state;
-    write_step_counter(state, fx.layout, counter);
-    write_checkpoint(dir.path(), fx.layout, state, r);
+    const fs::path written = write_checkpoint(dir.path(), fx.layout, fx.state, fx.record);
+    json doc = json::parse(testing::read_text(written / "trainer.json"));
+    doc.erase("crc32");
+    edit(doc);
+    doc["crc32"] = crc32_hex(doc.dump());
+    testing::write_text(written / "trainer.json", doc.dump());
     try {
       read_checkpoint(dir.path(), fx.layout);
       ADD_FAILURE() << "accepted; expected: " << fragment;
@@ -87,20 +95,48 @@ TEST(Checkpoint, NumbersOutOfRangeAreRefusedOnRead) {
       EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
     }
   };
+  refused([](json& d) { d["step"] = std::int64_t{1} << 50; }, "step 1125899906842624 is out of range");
+  refused([](json& d) { d["step"] = 76; }, "step 77 disagrees with trainer.json's step 76");
+  refused([](json& d) { d["ledger"]["cursor"] = 101; }, "ledger cursor 101 is beyond the 100 training samples");
+  refused([](json& d) { d["ledger"]["front"] = json::array({5, 100}); }, "ledger index 100 is beyond the 100 training samples");
+  refused([](json& d) { d["ledger"]["epoch"] = -1; }, "epoch -1 is out of range for step 77");
+  refused([](json& d) { d["train_samples"] = 0; }, "train_samples is 0");
+  // A writer never writes them: a record that disagrees does not read back.
+  testing::scratch_dir dir;
   trainer_record r = fx.record;
-  r.step = std::int64_t{1} << 50;
-  refused(r, r.step, "step 1125899906842624 is out of range");
-  r = fx.record;
-  refused(r, 76, "step 76 disagrees with trainer.json's step 77");
-  r = fx.record;
-  r.position.cursor = 101;
-  refused(r, 77, "ledger cursor 101 is beyond the 100 training samples");
-  r = fx.record;
-  r.position.front = {5, 100};
-  refused(r, 77, "ledger index 100 is beyond the 100 training samples");
-  r = fx.record;
-  r.position.epoch = -1;
-  refused(r, 77, "epoch -1 is out of range for step 77");
+  r.step = 76;
+  EXPECT_THROW(write_checkpoint(dir.path(), fx.layout, fx.state, r), checkpoint_error);
+  EXPECT_FALSE(fs::exists(dir / "latest"));
+}
+
+TEST(Checkpoint, ANewCheckpointThatDoesNotReadBackNeverBecomesLatestNorPrunesAnOlderOne) {
+  testing::scratch_dir dir;
+  fixture fx;
+  checkpoint_directory ckpts(dir.path());
+  ckpts.write(fx.layout, fx.state, fx.record, 1);
+  // The next write's files are damaged on their way to the disk.
+  set_checkpoint_crash_hook([&](std::string_view point) {
+    if (point != "directory synced") return;
+    for (const auto& e : fs::directory_iterator(dir.path()))
+      if (e.path().filename().string().starts_with(checkpoint_tmp_prefix)) {
+        std::fstream f(e.path() / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+        f.seekp(-3, std::ios::end);
+        f.put('\x7f');
+      }
+  });
+  trainer_record next = fx.record;
+  next.step = 78;
+  std::vector<float> state = fx.state;
+  write_step_counter(state, fx.layout, 78);
+  try {
+    ckpts.write(fx.layout, state, next, 1);
+    ADD_FAILURE() << "a checkpoint that does not read back was accepted";
+  } catch (const checkpoint_error& e) {
+    EXPECT_NE(std::string(e.what()).find("does not read back"), std::string::npos) << e.what();
+  }
+  set_checkpoint_crash_hook({});
+  EXPECT_EQ(read_checkpoint(dir.path(), fx.layout).record.step, 77) << "latest still names the verified one";
+  EXPECT_FALSE(fs::exists(dir / "step-00000078"));
 }
 
 TEST(Checkpoint, KeepsOnlyTheNewest) {
@@ -109,6 +145,7 @@ TEST(Checkpoint, KeepsOnlyTheNewest) {
   checkpoint_directory run(dir.path());
   for (std::int64_t step : {10, 20, 30, 40}) {
     fx.record.step = step;
+    write_step_counter(fx.state, fx.layout, step);
     run.write(fx.layout, fx.state, fx.record, 2);
   }
   EXPECT_FALSE(fs::exists(dir / "step-00000010"));
@@ -122,12 +159,14 @@ TEST(CheckpointDirectory, PrunesOnlyCheckpointsThisRunWrote) {
   testing::scratch_dir dir;
   fixture fx;
   fx.record.step = 5;
+  write_step_counter(fx.state, fx.layout, 5);
   write_checkpoint(dir.path(), fx.layout, fx.state, fx.record);  // an earlier run's
   fs::create_directories(dir / "step-99999999" / "notes");        // a folder of the user's
   {
     checkpoint_directory run(dir.path());
     for (std::int64_t step : {10, 20, 30}) {
       fx.record.step = step;
+      write_step_counter(fx.state, fx.layout, step);
       run.write(fx.layout, fx.state, fx.record, 1);
     }
   }
@@ -349,6 +388,7 @@ TEST(Checkpoint, FailedWriteLeavesNothingBehind) {
   testing::scratch_dir dir;
   fixture fx;
   fx.record.step = 5;
+  write_step_counter(fx.state, fx.layout, 5);
   write_checkpoint(dir.path(), fx.layout, fx.state, fx.record);
   // A child process whose files may not grow past 100 bytes: the next
   // checkpoint fails part-way through its first file (works as root too).
@@ -359,6 +399,7 @@ TEST(Checkpoint, FailedWriteLeavesNothingBehind) {
     const rlimit limit{100, 100};
     ::setrlimit(RLIMIT_FSIZE, &limit);
     fx.record.step = 6;
+    write_step_counter(fx.state, fx.layout, 6);
     try {
       write_checkpoint(dir.path(), fx.layout, fx.state, fx.record);
     } catch (const checkpoint_error&) {

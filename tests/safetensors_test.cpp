@@ -58,7 +58,9 @@ TEST(Safetensors, CheckpointModelFileHasPyTorchSequentialNamesAndShapes) {
   const state_layout layout = make_state_layout(spec, optimizer_config{});
   std::vector<float> state(layout.total_size());
   for (std::size_t i = 0; i < state.size(); ++i) state[i] = static_cast<float>(i % 97) * 0.01f;
+  write_step_counter(state, layout, 0);
   trainer_record record;
+  record.train_samples = 60000;
   const auto path = write_checkpoint(dir.path(), layout, state, record);
   const std::string bytes = testing::read_text(path / "model.safetensors");
   const std::uint64_t n = header_length(bytes);

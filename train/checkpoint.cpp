@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdio>
 #include <functional>
 
@@ -192,6 +193,21 @@ fs::path write_checkpoint(const fs::path& root, const state_layout& layout, std:
     crash_point("trainer written");
     sync_directory(tmp);
     crash_point("directory synced");
+    // Read back and compared before it takes a name: a checkpoint that does
+    // not verify never becomes `latest`, and nothing older is pruned for it.
+    try {
+      const loaded_checkpoint back = read_checkpoint(tmp, layout);
+      const auto same = [](float x, float y) { return std::bit_cast<std::uint32_t>(x) == std::bit_cast<std::uint32_t>(y); };
+      for (const auto& t : layout.layout.tensors())  // the padding between tensors is not saved
+        for (std::size_t i = t.offset; i < t.offset + t.numel(); ++i)
+          if (!same(back.state[i], state[i]))
+            throw checkpoint_error("tensor " + t.name + " reads back differently at index " + std::to_string(i - t.offset));
+      if (read_step_counter(back.state, layout) != read_step_counter(state, layout))
+        throw checkpoint_error("the step counter reads back differently");
+    } catch (const checkpoint_error& e) {
+      throw checkpoint_error("checkpoint " + final_dir.string() + " not written: it does not read back (" + e.what() +
+                             "); the newest one on disk stays");
+    }
     // A checkpoint of the same step (a resumed run rewriting it) is swapped
     // with the new one in one step, never deleted first: at every moment the
     // name holds a complete checkpoint, the old or the new.

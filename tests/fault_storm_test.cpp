@@ -39,6 +39,9 @@ job_config stormy_job(std::mt19937_64& gen, std::string& faults_text) {
   // other half are reproducible, where idle replicas steal unstarted slices.
   c.train.reproducible = std::uniform_int_distribution<int>(0, 1)(gen) == 0;
   c.cluster.hang_timeout_s = 0.3;
+  // A hang in a device's first step would otherwise wait out the first-step
+  // bound (300 s; See Note [Progress-based hang detection]).
+  c.cluster.first_step_timeout_s = 3;
   std::vector<int> devices(static_cast<std::size_t>(replicas));
   std::iota(devices.begin(), devices.end(), 0);
   std::shuffle(devices.begin(), devices.end(), gen);

@@ -1,7 +1,9 @@
 #include "tensors/finite_check.hpp"
 
+#include <algorithm>
 #include <bit>
-#include <cmath>
+
+#include "tensors/simd.hpp"
 
 namespace dpactor {
 namespace {
@@ -12,10 +14,25 @@ bool nonfinite(float v) noexcept { return (std::bit_cast<std::uint32_t>(v) & exp
 
 }  // namespace
 
+namespace {
+
+// Vectorized: 32-bit counts over blocks short enough not to overflow.
+DPACTOR_MULTIVERSION std::int64_t count_nonfinite_in(const float* values, std::size_t n) noexcept {
+  constexpr std::size_t block = std::size_t{1} << 20;
+  std::int64_t total = 0;
+  for (std::size_t at = 0; at < n; at += block) {
+    const std::size_t end = std::min(n, at + block);
+    std::uint32_t count = 0;
+    for (std::size_t i = at; i < end; ++i) count += (std::bit_cast<std::uint32_t>(values[i]) & exponent_bits) == exponent_bits;
+    total += count;
+  }
+  return total;
+}
+
+}  // namespace
+
 std::int64_t count_nonfinite(std::span<const float> values) noexcept {
-  std::int64_t n = 0;
-  for (const float v : values) n += nonfinite(v) ? 1 : 0;
-  return n;
+  return count_nonfinite_in(values.data(), values.size());
 }
 
 std::optional<std::size_t> first_nonfinite(std::span<const float> values) noexcept {

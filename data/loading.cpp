@@ -32,7 +32,10 @@ dataset load_idx_pair(const std::string& images_path, const std::string& labels_
   for (std::size_t i = 0; i < rows; ++i) {
     const float v = labels.values[i];
     if (v < 0.0f || v >= static_cast<float>(classes) || v != std::floor(v))
-      throw data_error(labels_path + ": label " + std::to_string(static_cast<long long>(v)) + " of sample " +
+      throw data_error(labels_path + ": label " + (v == std::floor(v) && std::abs(v) < 1e15f
+                                                        ? std::to_string(static_cast<long long>(v))
+                                                        : std::to_string(v)) +
+                       " of sample " +
                        std::to_string(i) + " is out of range: the model has " + std::to_string(classes) +
                        " classes (labels 0.." + std::to_string(classes - 1) + ")");
     out.labels[i] = static_cast<std::int32_t>(v);

@@ -165,6 +165,16 @@ TEST(NonFinite, InputsWithANaNAreRefusedNamingTheSample) {
               std::string::npos)
         << e.what();
   }
+  // A NaN label (float IDX labels) is refused by value, never cast.
+  testing::write_text(dir / "train-images", idx_floats({3, 2}, {0, 1, 2, 3, 4, 5}));
+  testing::write_text(dir / "train-labels", idx_floats({3}, {0, nan, 1}));
+  try {
+    load_data(d, 2, 2);
+    FAIL() << "a NaN label was accepted";
+  } catch (const data_error& e) {
+    EXPECT_NE(std::string(e.what()).find("train-labels: label nan of sample 1 is out of range"), std::string::npos)
+        << e.what();
+  }
   // CSV refuses it at the line already.
   testing::write_text(dir / "train.csv", "0,1,2\n1,nan,3\n");
   testing::write_text(dir / "test.csv", "0,1,2\n");

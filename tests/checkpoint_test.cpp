@@ -33,6 +33,12 @@ struct fixture {
     write_step_counter(s, layout, 77);
     return s;
   }();
+  // The record's step and the state's step counter, which a checkpoint
+  // keeps equal.
+  void set_step(std::int64_t step) {
+    record.step = step;
+    write_step_counter(state, layout, step);
+  }
   trainer_record record = [] {
     trainer_record r;
     r.step = 77;
@@ -144,8 +150,7 @@ TEST(Checkpoint, KeepsOnlyTheNewest) {
   fixture fx;
   checkpoint_directory run(dir.path());
   for (std::int64_t step : {10, 20, 30, 40}) {
-    fx.record.step = step;
-    write_step_counter(fx.state, fx.layout, step);
+    fx.set_step(step);
     run.write(fx.layout, fx.state, fx.record, 2);
   }
   EXPECT_FALSE(fs::exists(dir / "step-00000010"));
@@ -158,15 +163,13 @@ TEST(Checkpoint, KeepsOnlyTheNewest) {
 TEST(CheckpointDirectory, PrunesOnlyCheckpointsThisRunWrote) {
   testing::scratch_dir dir;
   fixture fx;
-  fx.record.step = 5;
-  write_step_counter(fx.state, fx.layout, 5);
+  fx.set_step(5);
   write_checkpoint(dir.path(), fx.layout, fx.state, fx.record);  // an earlier run's
   fs::create_directories(dir / "step-99999999" / "notes");        // a folder of the user's
   {
     checkpoint_directory run(dir.path());
     for (std::int64_t step : {10, 20, 30}) {
-      fx.record.step = step;
-      write_step_counter(fx.state, fx.layout, step);
+      fx.set_step(step);
       run.write(fx.layout, fx.state, fx.record, 1);
     }
   }
@@ -256,8 +259,7 @@ class CheckpointCrash : public ::testing::TestWithParam<const char*> {};
 TEST_P(CheckpointCrash, LeavesAResumableCheckpoint) {
   testing::scratch_dir dir;
   fixture fx;
-  fx.record.step = 10;
-  write_step_counter(fx.state, fx.layout, 10);
+  fx.set_step(10);
   write_checkpoint(dir.path(), fx.layout, fx.state, fx.record);
   const std::string point = GetParam();
   for (const std::int64_t step : {std::int64_t{20}, std::int64_t{10}}) {  // a new step; the same step rewritten
@@ -387,8 +389,7 @@ TEST(ModelWeights, MissingTensorAndWrongShapeAreNamed) {
 TEST(Checkpoint, FailedWriteLeavesNothingBehind) {
   testing::scratch_dir dir;
   fixture fx;
-  fx.record.step = 5;
-  write_step_counter(fx.state, fx.layout, 5);
+  fx.set_step(5);
   write_checkpoint(dir.path(), fx.layout, fx.state, fx.record);
   // A child process whose files may not grow past 100 bytes: the next
   // checkpoint fails part-way through its first file (works as root too).
@@ -398,8 +399,7 @@ TEST(Checkpoint, FailedWriteLeavesNothingBehind) {
     ::signal(SIGXFSZ, SIG_IGN);
     const rlimit limit{100, 100};
     ::setrlimit(RLIMIT_FSIZE, &limit);
-    fx.record.step = 6;
-    write_step_counter(fx.state, fx.layout, 6);
+    fx.set_step(6);
     try {
       write_checkpoint(dir.path(), fx.layout, fx.state, fx.record);
     } catch (const checkpoint_error&) {

@@ -1,20 +1,12 @@
 #include "comms/driver_group.hpp"
 
+#include "comms/rank_order.hpp"
+
 #include <chrono>
 #include <thread>
 
 namespace dpactor {
 namespace {
-
-// Chunks as the local backend cuts them (collective::chunk): cache-line
-// aligned parts of ceil(size / ranks).
-std::pair<std::size_t, std::size_t> chunk_of(std::size_t size, int ranks, int rank) {
-  constexpr std::size_t align = 16;
-  const auto n = static_cast<std::size_t>(ranks);
-  const std::size_t per = ((size + n - 1) / n + align - 1) / align * align;
-  const std::size_t begin = std::min(size, per * static_cast<std::size_t>(rank));
-  return {begin, std::min(size, begin + per)};
-}
 
 struct group_state {
   explicit group_state(int n) : ranks(n) {}
@@ -47,7 +39,7 @@ class driver_endpoint final : public collective {
   int rank() const noexcept override { return rank_; }
   int size() const noexcept override { return group_->ranks; }
   std::pair<std::size_t, std::size_t> chunk(std::size_t size, int rank) const noexcept override {
-    return chunk_of(size, group_->ranks, rank);
+    return rank_chunk(size, group_->ranks, rank);
   }
 
   void all_reduce_sum(std::span<float> data, const collective_options& options) override {

@@ -9,43 +9,22 @@
 #include <string>
 #include <vector>
 
+#include "comms/rank_order.hpp"
 #include "comms/spin_barrier.hpp"
 #include "comms/summation_tree.hpp"
-#include "tensors/simd.hpp"
 
 namespace dpactor {
 namespace {
 
-// Chunk boundaries fall on cache lines so that two ranks never write one line.
-constexpr std::size_t chunk_alignment = 16;  // floats
-// Floats summed per block: the block's partial sums stay in registers/L1.
-constexpr std::size_t reduce_block = 512;
-
-// See collective::chunk: cache-line-aligned parts of ceil(size / ranks).
-std::pair<std::size_t, std::size_t> chunk_of(std::size_t size, int ranks, int rank) {
-  const auto n = static_cast<std::size_t>(ranks);
-  const std::size_t share = (size + n - 1) / n;
-  const std::size_t per = (share + chunk_alignment - 1) / chunk_alignment * chunk_alignment;
-  const std::size_t begin = std::min(size, per * static_cast<std::size_t>(rank));
-  return {begin, std::min(size, begin + per)};
-}
-
-// sum[i] = bufs_0[i] + bufs_1[i] + ... in rank order, over [begin, end),
-// written to `dst` or, when dst is null, to every buffer.
-DPACTOR_MULTIVERSION void sum_in_rank_order(float* const* bufs, int ranks, std::size_t begin, std::size_t end, float* dst) {
-  std::array<float, reduce_block> acc;
-  for (std::size_t b = begin; b < end; b += reduce_block) {
-    const std::size_t len = std::min(reduce_block, end - b);
-    std::memcpy(acc.data(), bufs[0] + b, len * sizeof(float));
-    for (int k = 1; k < ranks; ++k) {
-      const float* src = bufs[k] + b;
-      for (std::size_t i = 0; i < len; ++i) acc[i] += src[i];
-    }
-    if (dst != nullptr) {
-      std::memcpy(dst + b, acc.data(), len * sizeof(float));
-    } else {
-      for (int k = 0; k < ranks; ++k) std::memcpy(bufs[k] + b, acc.data(), len * sizeof(float));
-    }
+// Pointers to [begin, end) of every rank's posted buffer (part k = rank k's),
+// in rank order; a rank's own buffer is both a part and an out.
+void gather_chunk(const std::vector<float*>& buffers, std::size_t begin, std::vector<const float*>& parts,
+                  std::vector<float*>& outs) {
+  parts.clear();
+  outs.clear();
+  for (float* b : buffers) {
+    parts.push_back(b + begin);
+    outs.push_back(b + begin);
   }
 }
 
@@ -91,7 +70,7 @@ class local_endpoint final : public collective {
   int size() const noexcept override { return state_->ranks; }
 
   std::pair<std::size_t, std::size_t> chunk(std::size_t size, int rank) const noexcept override {
-    return chunk_of(size, state_->ranks, rank);
+    return rank_chunk(size, state_->ranks, rank);
   }
 
   void all_reduce_sum(std::span<float> data, const collective_options& options) override {
@@ -101,7 +80,8 @@ class local_endpoint final : public collective {
     // writes a chunk, so no rank waits between the two halves).
     exchange("all_reduce", data.data(), data.size(), 0, options, [&] {
       const auto [begin, end] = chunk(data.size(), rank_);
-      sum_in_rank_order(state_->buffers.data(), state_->ranks, begin, end, nullptr);
+      gather_chunk(state_->buffers, begin, parts_, outs_);
+      sum_in_rank_order(parts_, end - begin, outs_);
       return std::string();
     });
   }
@@ -110,7 +90,9 @@ class local_endpoint final : public collective {
     if (alone()) return;
     exchange("reduce_scatter", data.data(), data.size(), 0, options, [&] {
       const auto [begin, end] = chunk(data.size(), rank_);
-      sum_in_rank_order(state_->buffers.data(), state_->ranks, begin, end, data.data());
+      gather_chunk(state_->buffers, begin, parts_, outs_);
+      outs_.assign(1, data.data() + begin);
+      sum_in_rank_order(parts_, end - begin, outs_);
       return std::string();
     });
   }
@@ -271,6 +253,9 @@ class local_endpoint final : public collective {
   tree_plan plan_;
   std::vector<std::uint32_t> part_nodes_;
   std::vector<const float*> part_data_;
+  // The chunk pointers of all_reduce_sum and reduce_scatter_sum.
+  std::vector<const float*> parts_;
+  std::vector<float*> outs_;
 };
 
 class local_group final : public collective_group {

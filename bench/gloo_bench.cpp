@@ -1,0 +1,128 @@
+// The gloo backend's all-reduce across processes against the local backend's
+// across threads, side by side in one run (not a timed test).
+//   gloo_bench [--floats N] [--calls K] [--ranks P] [--pin]
+// Prints the median, p10 and p90 of each; N defaults to the default MLP's
+// gradient size (784-256-128-10: 235,146 floats). --pin puts rank r on CPU r
+// (notes/distributed.md: unpinned is 2-4x noisier).
+
+#include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comms/gloo.hpp"
+#include "comms/local.hpp"
+
+using namespace dpactor;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+struct stats {
+  double p10, median, p90;
+};
+
+stats summarize(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  auto at = [&](double q) { return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1))]; };
+  return {at(0.1), at(0.5), at(0.9)};
+}
+
+// Times `calls` all-reduces (after 20 untimed ones) on one rank, in ms.
+std::vector<double> time_calls(collective& c, std::size_t floats, int calls) {
+  std::vector<float> v(floats, 1.0f);
+  std::vector<double> ms;
+  for (int i = 0; i < 20 + calls; ++i) {
+    c.barrier({});
+    const auto start = clock_type::now();
+    c.all_reduce_sum(v, {});
+    if (i >= 20) ms.push_back(std::chrono::duration<double, std::milli>(clock_type::now() - start).count());
+  }
+  return ms;
+}
+
+void pin(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(static_cast<unsigned>(cpu) % std::thread::hardware_concurrency(), &set);
+  sched_setaffinity(0, sizeof(set), &set);
+}
+
+void print(const char* what, int ranks, std::size_t floats, const stats& s) {
+  std::printf("%-34s %d ranks, %zu floats: median %.3f ms  p10 %.3f  p90 %.3f\n", what, ranks, floats, s.median, s.p10, s.p90);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::size_t floats = 235146;
+  int calls = 300;
+  int ranks = 2;
+  bool pinned = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--floats" && i + 1 < argc) floats = std::stoul(argv[++i]);
+    else if (a == "--calls" && i + 1 < argc) calls = std::stoi(argv[++i]);
+    else if (a == "--ranks" && i + 1 < argc) ranks = std::stoi(argv[++i]);
+    else if (a == "--pin") pinned = true;
+    else {
+      std::fprintf(stderr, "usage: gloo_bench [--floats N] [--calls K] [--ranks P] [--pin]\n");
+      return 64;
+    }
+  }
+  const auto dir = std::filesystem::temp_directory_path() / ("dpactor-gloo-bench-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  // Processes first (fork before this process has any thread).
+  std::vector<pid_t> children;
+  int pipefd[2];
+  if (::pipe(pipefd) != 0) return 1;
+  for (int r = 0; r < ranks; ++r) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      if (pinned) pin(r);
+      gloo_group_options o;
+      o.prefix = "bench";
+      auto group = make_gloo_group(make_directory_store(dir), ranks, o);
+      auto c = group->endpoint(r);
+      const auto ms = time_calls(*c, floats, calls);
+      if (r == 0) {
+        const stats s = summarize(ms);
+        if (::write(pipefd[1], &s, sizeof(s)) != sizeof(s)) ::_exit(1);
+      }
+      c->barrier({});
+      ::_exit(0);
+    }
+    children.push_back(pid);
+  }
+  stats gloo{};
+  const bool got = ::read(pipefd[0], &gloo, sizeof(gloo)) == sizeof(gloo);
+  for (const pid_t pid : children) ::waitpid(pid, nullptr, 0);
+  std::filesystem::remove_all(dir);
+  if (!got) {
+    std::fprintf(stderr, "gloo_bench: the rank processes failed\n");
+    return 1;
+  }
+  // The same calls, ranks as threads of this process.
+  auto group = make_local_group(ranks);
+  std::vector<std::vector<double>> local(static_cast<std::size_t>(ranks));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r)
+    threads.emplace_back([&, r] {
+      if (pinned) pin(r);
+      local[static_cast<std::size_t>(r)] = time_calls(*group->endpoint(r), floats, calls);
+    });
+  for (auto& t : threads) t.join();
+  const stats l = summarize(local[0]);
+  print("gloo (processes, 127.0.0.1)", ranks, floats, gloo);
+  print("local (threads, shared memory)", ranks, floats, l);
+  std::printf("gloo / local (medians): %.2fx\n", gloo.median / l.median);
+  return 0;
+}

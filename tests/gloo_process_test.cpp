@@ -1,0 +1,188 @@
+// The gloo backend with ranks as processes on 127.0.0.1 (tests/gloo_rank),
+// meeting through a directory store: the bytes equal the local backend's,
+// and a killed process makes every peer's call fail fast, with no peer dying
+// of SIGPIPE.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comms/local.hpp"
+#include "comms/summation_tree.hpp"
+#include "test_support.hpp"
+
+namespace dpactor {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::eventually;
+using testing::read_text;
+using namespace std::chrono_literals;
+
+// A rank process; killed if still running when destroyed.
+class rank_process {
+ public:
+  rank_process(const std::string& scenario, const fs::path& dir, int rank, int size, const std::string& extra = "")
+      : out_(dir / ("rank" + std::to_string(rank) + ".out")) {
+    std::vector<std::string> args = {GLOO_RANK, scenario, (dir / "store").string(), std::to_string(rank),
+                                     std::to_string(size), out_.string()};
+    if (!extra.empty()) args.push_back(extra);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+  }
+  ~rank_process() {
+    if (!status_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  void kill() { ::kill(pid_, SIGKILL); }
+  // The exit code (128 + signal when killed by one); -1 if still running after `limit`.
+  int wait(std::chrono::milliseconds limit) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!status_) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        break;
+      }
+      if (std::chrono::steady_clock::now() >= deadline) return -1;
+      std::this_thread::sleep_for(1ms);
+    }
+    return *status_;
+  }
+  std::string output() const { return read_text(out_); }
+
+ private:
+  fs::path out_;
+  pid_t pid_ = -1;
+  std::optional<int> status_;
+};
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("dpactor-gloo-" + name + "-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::vector<float> inexact(int rank, std::size_t size) {
+  std::vector<float> v(size);
+  for (std::size_t i = 0; i < size; ++i)
+    v[i] = std::sin(static_cast<float>(i * 31 + static_cast<std::size_t>(rank) * 7)) * 1e3f / static_cast<float>(1 + rank);
+  return v;
+}
+
+TEST(GlooProcesses, SumExactlyAndGiveTheLocalBackendsBytes) {
+  for (const int ranks : {2, 3}) {
+    const fs::path dir = fresh_dir("conform" + std::to_string(ranks));
+    std::vector<std::unique_ptr<rank_process>> procs;
+    for (int r = 0; r < ranks; ++r) procs.push_back(std::make_unique<rank_process>("conform", dir, r, ranks));
+    for (int r = 0; r < ranks; ++r) ASSERT_EQ(procs[static_cast<std::size_t>(r)]->wait(60s), 0) << ranks << " ranks: rank " << r;
+    // The same calls on the local backend, ranks as threads.
+    auto group = make_local_group(ranks);
+    std::vector<std::vector<float>> sums(static_cast<std::size_t>(ranks)), trees(static_cast<std::size_t>(ranks));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < ranks; ++r)
+      threads.emplace_back([&, r] {
+        auto c = group->endpoint(r);
+        auto& v = sums[static_cast<std::size_t>(r)];
+        v = inexact(r, 10007);
+        c->all_reduce_sum(v, {});
+        const summation_tree tree(7);
+        std::vector<std::uint8_t> owned(7, 0);
+        for (std::size_t s = 0; s < 7; ++s) owned[s] = static_cast<int>(s % static_cast<std::size_t>(ranks)) == r;
+        std::vector<std::vector<float>> values;
+        std::vector<tree_part> parts;
+        for (const auto node : tree.cover(owned)) values.push_back(inexact(static_cast<int>(node) + 10, 1037));
+        std::size_t k = 0;
+        for (const auto node : tree.cover(owned)) parts.push_back({node, values[k++]});
+        auto& t = trees[static_cast<std::size_t>(r)];
+        t.assign(1037, 0.0f);
+        c->reduce_scatter_tree(7, parts, t, {});
+      });
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < ranks; ++r) {
+      const std::string bytes = procs[static_cast<std::size_t>(r)]->output();
+      ASSERT_EQ(bytes.size(), (10007 + 1037) * sizeof(float)) << "rank " << r;
+      EXPECT_EQ(std::memcmp(bytes.data(), sums[0].data(), 10007 * sizeof(float)), 0)
+          << ranks << " ranks: rank " << r << "'s all-reduce differs from the local backend's";
+      const auto [begin, end] = group->endpoint(0)->chunk(1037, r);
+      EXPECT_EQ(std::memcmp(bytes.data() + (10007 + begin) * sizeof(float), trees[static_cast<std::size_t>(r)].data() + begin,
+                            (end - begin) * sizeof(float)),
+                0)
+          << ranks << " ranks: rank " << r << "'s tree chunk differs from the local backend's";
+    }
+    fs::remove_all(dir);
+  }
+}
+
+TEST(GlooProcesses, AKilledRankFailsEveryPeerFastAndNoPeerDies) {
+  const int ranks = 3;
+  const fs::path dir = fresh_dir("kill");
+  std::vector<std::unique_ptr<rank_process>> procs;
+  for (int r = 0; r < ranks; ++r) procs.push_back(std::make_unique<rank_process>("loop", dir, r, ranks));
+  ASSERT_TRUE(eventually([&] {
+    for (auto& p : procs)
+      if (p->output().rfind("ready", 0) != 0) return false;
+    return true;
+  }, 60s)) << "the ranks did not connect";
+  std::this_thread::sleep_for(200ms);  // well into the all-reduce loop
+  const auto killed_at = std::chrono::steady_clock::now();
+  procs[1]->kill();
+  for (const int r : {0, 2}) {
+    auto& p = *procs[static_cast<std::size_t>(r)];
+    const int code = p.wait(10s);
+    ASSERT_EQ(code, 3) << "rank " << r << " must fail its call and exit 3 (128+13 is SIGPIPE, -1 a hang): " << p.output();
+    std::istringstream in(p.output());
+    std::string word;
+    int errc = -1;
+    long long ns = 0;
+    in >> word >> errc >> ns;
+    EXPECT_EQ(errc, static_cast<int>(collective_errc::aborted)) << p.output();
+    const double after_ms = static_cast<double>(ns - std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                         killed_at.time_since_epoch()).count()) / 1e6;
+    std::printf("rank %d: its call failed %.1f ms after the kill\n", r, after_ms);
+    // notes/distributed.md measured 2-11 ms; a second is a hang, not noise.
+    EXPECT_LT(after_ms, 1000.0) << p.output();
+  }
+  fs::remove_all(dir);
+}
+
+TEST(GlooProcesses, ARankThatNeverArrivesEndsTheRendezvousAtItsTimeout) {
+  const int ranks = 3;
+  const fs::path dir = fresh_dir("absent");
+  std::vector<std::unique_ptr<rank_process>> procs;
+  const auto start = std::chrono::steady_clock::now();
+  for (int r = 0; r < ranks - 1; ++r) procs.push_back(std::make_unique<rank_process>("loop", dir, r, ranks, "500"));
+  for (int r = 0; r < ranks - 1; ++r) {
+    auto& p = *procs[static_cast<std::size_t>(r)];
+    ASSERT_EQ(p.wait(10s), 3) << "rank " << r << ": " << p.output();
+    EXPECT_NE(p.output().find("failed " + std::to_string(static_cast<int>(collective_errc::timeout))), std::string::npos)
+        << p.output();
+  }
+  // The timeout plus a second, as issue 12 asks (process start-up included).
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1500ms);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace dpactor

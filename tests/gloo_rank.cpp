@@ -1,0 +1,98 @@
+// One rank of a Gloo group as its own process, for tests/gloo_process_test.
+//   gloo_rank SCENARIO STORE_DIR RANK SIZE OUT_FILE [RENDEZVOUS_MS]
+// conform: exact all-reduce sums over a sweep of sizes (exit 2 on a wrong
+//          one), then the bytes of an inexact all-reduce and of a tree
+//          reduce-scatter go to OUT_FILE.
+// loop:    a barrier, "ready" in OUT_FILE, then all-reduces until one fails:
+//          OUT_FILE gets "failed CODE NANOSECONDS" (steady clock) and the
+//          exit code is 3.
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "comms/gloo.hpp"
+#include "comms/summation_tree.hpp"
+
+using namespace dpactor;
+
+namespace {
+
+std::vector<float> inexact(int rank, std::size_t size) {
+  std::vector<float> v(size);
+  for (std::size_t i = 0; i < size; ++i)
+    v[i] = std::sin(static_cast<float>(i * 31 + static_cast<std::size_t>(rank) * 7)) * 1e3f / static_cast<float>(1 + rank);
+  return v;
+}
+
+void write_floats(std::ofstream& out, const std::vector<float>& v) {
+  out.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 6) {
+    std::fprintf(stderr, "usage: gloo_rank SCENARIO STORE_DIR RANK SIZE OUT_FILE [RENDEZVOUS_MS]\n");
+    return 64;
+  }
+  const std::string scenario = argv[1];
+  const int rank = std::stoi(argv[3]);
+  const int size = std::stoi(argv[4]);
+  const std::string out_file = argv[5];
+  gloo_group_options options;
+  options.prefix = "g1";
+  if (argc > 6) options.rendezvous_timeout = std::chrono::milliseconds(std::stoi(argv[6]));
+  auto group = make_gloo_group(make_directory_store(argv[2]), size, options);
+  auto c = group->endpoint(rank);
+  try {
+    if (scenario == "conform") {
+      for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{4099}, std::size_t{1} << 20}) {
+        std::vector<float> v(n);
+        for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<float>(rank) + static_cast<float>(i % 7);
+        c->all_reduce_sum(v, {});
+        for (std::size_t i = 0; i < n; ++i) {
+          const float want = static_cast<float>(size * (size - 1) / 2 + size * static_cast<int>(i % 7));
+          if (v[i] != want) {
+            std::fprintf(stderr, "rank %d, size %zu, first bad index %zu: got %g, want %g\n", rank, n, i, v[i], want);
+            return 2;
+          }
+        }
+      }
+      std::ofstream out(out_file, std::ios::binary);
+      auto v = inexact(rank, 10007);
+      c->all_reduce_sum(v, {});
+      write_floats(out, v);
+      // 7 slices; rank r holds the slices s with s % size == r.
+      const summation_tree tree(7);
+      std::vector<std::uint8_t> owned(7, 0);
+      for (std::size_t s = 0; s < 7; ++s) owned[s] = static_cast<int>(s % static_cast<std::size_t>(size)) == rank;
+      std::vector<std::vector<float>> values;
+      std::vector<tree_part> parts;
+      for (const auto node : tree.cover(owned)) values.push_back(inexact(static_cast<int>(node) + 10, 1037));
+      std::size_t k = 0;
+      for (const auto node : tree.cover(owned)) parts.push_back({node, values[k++]});
+      std::vector<float> result(1037, 0.0f);
+      c->reduce_scatter_tree(7, parts, result, {});
+      write_floats(out, result);
+      return 0;
+    }
+    if (scenario == "loop") {
+      c->barrier({});
+      { std::ofstream(out_file) << "ready\n"; }
+      std::vector<float> v(235146, 1.0f);
+      for (long i = 0;; ++i) c->all_reduce_sum(v, collective_options{std::chrono::seconds(30)});
+    }
+  } catch (const collective_error& e) {
+    const auto now = std::chrono::steady_clock::now().time_since_epoch();
+    std::ofstream(out_file) << "failed " << static_cast<int>(e.code()) << " "
+                            << std::chrono::duration_cast<std::chrono::nanoseconds>(now).count() << "\n"
+                            << e.what() << "\n";
+    return 3;
+  }
+  std::fprintf(stderr, "gloo_rank: unknown scenario %s\n", scenario.c_str());
+  return 64;
+}

@@ -118,6 +118,8 @@ device_actor::behavior_type device_behavior(device_ptr self, std::shared_ptr<dev
         st.halted = false;
         st.setup->control->progress.mark(device_phase::data, st.last_step + 1);
         try {
+          if (!st.group && st.setup->remote_group) st.group = st.setup->remote_group(msg.group, msg.size);
+          if (!st.group) throw std::logic_error("a generation without a collective group (backend " + msg.group.backend + ")");
           st.comm = st.group->endpoint(msg.rank);
           // Every member adopts the state source's parameters, optimizer state
           // and step counter (See Note [Replica state buffer]).

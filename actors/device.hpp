@@ -67,6 +67,10 @@ struct device_setup {
   bucket_limits buckets;  // on backends that overlap (See Note [Gradient buckets])
   // train.record_trained: told what this device trained in every step it applied.
   std::function<void(const trained_event&)> on_trained;
+  // A device in another process than the reducer gets tickets without the
+  // group object (group_ticket.local): it makes its part of the group from
+  // the ticket and the group's size (a worker's Gloo group, actors/worker.cpp).
+  std::function<std::shared_ptr<collective_group>(const group_ticket& ticket, int size)> remote_group;
 };
 
 // Tells the reducer who is late in the current step's collective.

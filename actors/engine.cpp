@@ -12,6 +12,10 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/backend.hpp"
+#if DPACTOR_HAS_GLOO
+#include "actors/coordinator.hpp"
+#include "actors/network.hpp"
+#endif
 #include "actors/launch.hpp"
 #include "actors/protocol.hpp"
 #include "actors/reducer.hpp"
@@ -56,6 +60,7 @@ struct Engine::impl {
   std::unique_ptr<caf::actor_system> system;
   std::vector<caf::actor_addr> actors;  // everything spawned, for teardown
   reducer_actor reducer;
+  std::vector<caf::actor> nodes;  // the workers' node actors, when coordinating
   std::shared_ptr<run_control> control;
   std::optional<std::future<run_summary>> outcome;
   std::atomic<bool> stop_requested{false};
@@ -179,7 +184,17 @@ void Engine::start() {
   m.control = std::make_shared<run_control>(m.callback);
   m.outcome = m.control->outcome();
 
-  auto cfg = make_system_config();
+  std::unique_ptr<caf::actor_system_config> cfg;
+  if (m.options.coordinator) {
+#if DPACTOR_HAS_GLOO
+    cfg = make_network_config(m.options.coordinator->heartbeat, m.options.coordinator->connection_timeout);
+#else
+    throw config_error("this build of dpactor has no Gloo backend, which a coordinator needs (apt-get install "
+                       "libgloo-dev, then build again)");
+#endif
+  } else {
+    cfg = make_system_config();
+  }
   auto system = std::make_unique<caf::actor_system>(*cfg);
   checkpoint_writer_actor writer;
   if (writer_setup) writer = system->spawn<caf::detached>(checkpoint_writer_behavior, writer_setup);
@@ -202,18 +217,53 @@ void Engine::start() {
   };
   std::vector<member_handle> devices;
   for (int r = 0; r < plan->replicas; ++r) devices.push_back(spawn_device(r));
-  const loader_actor loader = system->spawn(loader_behavior, make_loader_setup(config, *plan));
-
+  loader_setup ls = make_loader_setup(config, *plan);
   reducer_setup rs;
+#if DPACTOR_HAS_GLOO
+  // See Note [Coordinator and workers].
+  std::vector<caf::actor> nodes;
+  caf::actor coordinator;
+  if (m.options.coordinator) {
+    coordinator_start cs;
+    try {
+      cs = start_coordinator(*system, *m.options.coordinator, config, plan->replicas, plan->replicas, m.stop_requested);
+    } catch (...) {
+      for (const auto& d : devices) caf::anon_send_exit(d.actor, caf::exit_reason::user_shutdown);
+      if (writer) caf::anon_send_exit(writer, caf::exit_reason::user_shutdown);
+      caf::logger::set_current_actor_system(nullptr);
+      throw;
+    }
+    devices.insert(devices.end(), cs.members.begin(), cs.members.end());
+    nodes = cs.nodes;
+    coordinator = cs.actor;
+    rs.make_group = [store = cs.store, address = m.options.coordinator->host](const std::vector<int>& ids,
+                                                                              std::int64_t generation) {
+      return gloo_ticket(store, address, static_cast<int>(ids.size()), generation);
+    };
+    rs.abort_remote = [nodes](std::int64_t generation, const std::string& why) {
+      for (const auto& n : nodes) caf::anon_send(n, abort_msg{generation, why});
+    };
+    // A step's slice board and a cut live in one process's memory: across
+    // processes every member computes its own range, and shard sizes still
+    // follow throughput.
+    ls.steal_slices = false;
+  }
+#endif
+  const loader_actor loader = system->spawn(loader_behavior, std::move(ls));
+
   rs.control = m.control;
   rs.devices = devices;
   rs.spawn_device = spawn_device;
-  if (m.options.collective_backend)
-    rs.make_group = [backend = m.options.collective_backend](const std::vector<int>& ids) {
-      return backend(static_cast<int>(ids.size()));
+  if (rs.make_group) {
+    // coordinating: set above
+  } else if (m.options.collective_backend)
+    rs.make_group = [backend = m.options.collective_backend](const std::vector<int>& ids, std::int64_t generation) {
+      return group_ticket{"custom", generation, "", backend(static_cast<int>(ids.size()))};
     };
   else
-    rs.make_group = [&config](const std::vector<int>& ids) { return make_group(config, ids); };
+    rs.make_group = [&config](const std::vector<int>& ids, std::int64_t generation) {
+      return group_ticket{"local", generation, "", make_group(config, ids)};
+    };
   rs.loader = loader;
   rs.writer = writer;
   rs.book.schedule = plan->schedule;
@@ -225,7 +275,7 @@ void Engine::start() {
   rs.book.skip_nonfinite = config.train.on_nonfinite == nonfinite_policy::skip;
   rs.book.smoothing = config.straggler.smoothing;
   rs.straggler = config.straggler;
-  rs.cuts = cuts_enabled(config);
+  rs.cuts = cuts_enabled(config) && !m.options.coordinator;
   rs.min_devices = config.cluster.min_devices;
   rs.hang_timeout_s = config.cluster.hang_timeout_s;
   rs.first_step_timeout_s = config.cluster.first_step_timeout_s;
@@ -250,6 +300,10 @@ void Engine::start() {
     m.actors.push_back(loader.address());
     m.actors.push_back(reducer.address());
     if (writer) m.actors.push_back(writer.address());
+#if DPACTOR_HAS_GLOO
+    if (coordinator) m.actors.push_back(coordinator.address());
+    m.nodes = nodes;
+#endif
     m.reducer = reducer;
     m.running = true;
   }
@@ -271,6 +325,21 @@ run_summary Engine::wait() {
     error = std::current_exception();
   }
   m.outcome.reset();
+  // The workers end their devices and exit (See Note [A worker never trains alone]).
+  for (const auto& node : m.nodes) {
+    std::string what;
+    if (error) {
+      try {
+        std::rethrow_exception(error);
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+        what = "the run failed";
+      }
+    }
+    caf::anon_send(node, run_over_msg{what});
+  }
+  m.nodes.clear();
   m.teardown();
   m.running = false;
   m.stop_requested = false;

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -28,12 +29,27 @@
 
 namespace dpactor {
 
+// Multi-node: this engine coordinates workers in other processes (See Note
+// [Coordinator and workers], actors/coordinator.hpp; needs the Gloo backend).
+struct coordinator_options {
+  std::string host = "127.0.0.1";  // the address to listen on
+  std::uint16_t port = 0;          // 0: the system chooses
+  // start() returns once this many devices, here and joined, are ready.
+  int wait_devices = 0;
+  std::chrono::milliseconds heartbeat{500};
+  std::chrono::milliseconds connection_timeout{5'000};
+  std::string version;  // workers of another version are refused
+  // Told "host:port" once the coordinator listens, before start() waits.
+  std::function<void(const std::string& address)> on_listening;
+};
+
 struct run_options {
   std::string resume_from;  // checkpoint directory, or a root holding `latest`
   std::string init_from;    // model.safetensors to start from (optimizer fresh)
   // A custom collective backend: the group of each generation, given its
   // member count. Empty: NCCL on GPUs, the in-process `local` backend on CPUs.
   std::function<std::shared_ptr<collective_group>(int members)> collective_backend;
+  std::optional<coordinator_options> coordinator;
 };
 
 // Parameters of the model at one step boundary, laid out as in a

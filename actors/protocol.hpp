@@ -465,6 +465,91 @@ typename Inspector::result_type inspect(Inspector& f, checkpoint_written_msg& x)
   return f(caf::meta::type_name("checkpoint_written_msg"), x.step, x.path, x.error);
 }
 
+// ---- across nodes: worker <-> coordinator (actors/coordinator.hpp) ----------
+// worker -> coordinator (request, answered with job_msg): the job it joins.
+struct hello_msg {
+  std::string version;  // dpactor_version of the worker
+  std::string node;     // its name, for messages
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, hello_msg& x) {
+  return f(caf::meta::type_name("hello_msg"), x.version, x.node);
+}
+struct job_msg {
+  std::string config;  // the coordinator's effective config, TOML (dump_job_config)
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, job_msg& x) {
+  return f(caf::meta::type_name("job_msg"), x.config);
+}
+// worker -> coordinator (request, answered with joined_msg): its devices,
+// ready, holding the job's initial state.
+struct join_msg {
+  std::string version;
+  std::string node;
+  std::string config_hash;       // of the config the worker built its devices from
+  std::string data_fingerprint;  // of its copy of the data
+  std::vector<device_actor> devices;
+  std::vector<std::string> names;  // "node/cpu:0", one per device
+  caf::actor node_actor;           // for run_over_msg and abort_msg
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, join_msg& x) {
+  return f(caf::meta::type_name("join_msg"), x.version, x.node, x.config_hash, x.data_fingerprint, x.devices,
+           x.names, x.node_actor);
+}
+struct joined_msg {
+  std::string refusal;  // empty: admitted
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, joined_msg& x) {
+  return f(caf::meta::type_name("joined_msg"), x.refusal);
+}
+// The rendezvous store the coordinator serves (See Note [Rendezvous store]).
+struct store_set_msg {
+  std::string key;
+  std::vector<char> value;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, store_set_msg& x) {
+  return f(caf::meta::type_name("store_set_msg"), x.key, x.value);
+}
+// Answered with store_value_msg at once, found or not: the asking rank polls.
+struct store_get_msg {
+  std::string key;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, store_get_msg& x) {
+  return f(caf::meta::type_name("store_get_msg"), x.key);
+}
+struct store_value_msg {
+  bool found = false;
+  std::vector<char> value;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, store_value_msg& x) {
+  return f(caf::meta::type_name("store_value_msg"), x.found, x.value);
+}
+// coordinator -> worker node: abort the collective groups of a generation
+// (its members are blocked in a call and read no messages).
+struct abort_msg {
+  std::int64_t generation = 0;
+  std::string why;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, abort_msg& x) {
+  return f(caf::meta::type_name("abort_msg"), x.generation, x.why);
+}
+// coordinator -> worker node: the run is over; the node ends its devices and
+// exits (an empty error: the run finished).
+struct run_over_msg {
+  std::string error;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, run_over_msg& x) {
+  return f(caf::meta::type_name("run_over_msg"), x.error);
+}
+
 // ---- in-process only --------------------------------------------------------
 // Requests from a user thread that is not an actor: the reply goes into a
 // promise rather than a CAF response (a scoped_actor in a user thread keeps
@@ -539,4 +624,13 @@ CAF_BEGIN_TYPE_ID_BLOCK(dpactor, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(dpactor, (dpactor::reducer_actor))
   CAF_ADD_TYPE_ID(dpactor, (dpactor::checkpoint_writer_actor))
   CAF_ADD_TYPE_ID(dpactor, (std::vector<dpactor::device_actor>))
+  CAF_ADD_TYPE_ID(dpactor, (dpactor::hello_msg))
+  CAF_ADD_TYPE_ID(dpactor, (dpactor::job_msg))
+  CAF_ADD_TYPE_ID(dpactor, (dpactor::join_msg))
+  CAF_ADD_TYPE_ID(dpactor, (dpactor::joined_msg))
+  CAF_ADD_TYPE_ID(dpactor, (dpactor::store_set_msg))
+  CAF_ADD_TYPE_ID(dpactor, (dpactor::store_get_msg))
+  CAF_ADD_TYPE_ID(dpactor, (dpactor::store_value_msg))
+  CAF_ADD_TYPE_ID(dpactor, (dpactor::abort_msg))
+  CAF_ADD_TYPE_ID(dpactor, (dpactor::run_over_msg))
 CAF_END_TYPE_ID_BLOCK(dpactor)

@@ -183,6 +183,7 @@ void fail_run(reducer_ptr self, std::exception_ptr error) {
   if (st.failed) return;
   st.failed = true;
   if (st.plan.group.local) st.plan.group.local->abort();
+  if (st.setup.abort_remote) st.setup.abort_remote(st.plan.generation, "the run failed");
   st.setup.control->fail(std::move(error));
 }
 

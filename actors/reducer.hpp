@@ -58,8 +58,13 @@ struct reducer_setup {
   std::vector<member_handle> devices;
   // Spawns a new device with the given id (joins); in-process.
   std::function<member_handle(int id)> spawn_device;
-  // The collective group of a generation, for its members' device ids.
-  std::function<std::shared_ptr<collective_group>(const std::vector<int>& ids)> make_group;
+  // The collective group of a generation, for its members' device ids: the
+  // ticket its members get (See group_ticket).
+  std::function<group_ticket(const std::vector<int>& ids, std::int64_t generation)> make_group;
+  // Called whenever the reducer aborts a generation's group (its in-process
+  // part, ticket.local, is aborted already): across processes, the nodes
+  // abort theirs (actors/coordinator.hpp). May be empty.
+  std::function<void(std::int64_t generation, const std::string& why)> abort_remote;
   loader_actor loader;
   checkpoint_writer_actor writer;  // invalid when checkpoints are off
   step_book_setup book;

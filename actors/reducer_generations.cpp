@@ -200,7 +200,7 @@ void form_generation(reducer_ptr self, std::int32_t state_source) {
     e.actor_ids.push_back(h.actor.id());
   }
   st.plan.state_source = state_source;
-  st.plan.group = group_ticket{"local", st.plan.generation, "", st.setup.make_group(ids)};
+  st.plan.group = st.setup.make_group(ids, st.plan.generation);
   st.book->start_generation(st.plan.generation, ids.size(), now);
   st.sent_shares.clear();
   st.pause_point.reset();
@@ -237,6 +237,7 @@ void handle_fault(reducer_ptr self, std::optional<std::size_t> rank, const std::
     st.book->fault_detected(clock_type::now());
     // Wake every member blocked in the collective, from outside.
     st.plan.group.local->abort();
+    if (st.setup.abort_remote) st.setup.abort_remote(st.plan.generation, reason);
     st.current = phase::recovering;
     st.suspend_replies.clear();
     st.awaiting_suspend.clear();

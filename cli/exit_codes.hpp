@@ -16,6 +16,8 @@ enum exit_code : int {
   exit_data = 3,        // a data file is missing, malformed or inconsistent
   exit_checkpoint = 4,  // a checkpoint or weights file is missing or corrupt, or cannot be written
   exit_training = 5,    // training could not continue (devices lost, diverged)
+  exit_fenced = 6,      // a worker lost its coordinator and stopped its devices (See Note [A worker never trains alone])
+  exit_refused = 7,     // a worker's join was refused (version, config or data)
 };
 
 constexpr int exit_code_for(error_kind kind) noexcept {

@@ -22,6 +22,11 @@
 #include "cli/options.hpp"
 #include "cli/progress.hpp"
 #include "cli/signal_watch.hpp"
+#include "cli/version.hpp"
+#if DPACTOR_HAS_GLOO
+#include "actors/network.hpp"
+#include "actors/worker.hpp"
+#endif
 #include "tensors/blas_kernels.hpp"
 #include "tensors/error.hpp"
 
@@ -59,6 +64,44 @@ int fail(const std::string& message, int code) {
   return code;
 }
 
+// dpactor --join: a worker (See Note [A worker never trains alone]).
+int run_worker_node(const cli::options& opts, cli::signal_watch& signals) {
+#if DPACTOR_HAS_GLOO
+  worker_options w;
+  try {
+    std::tie(w.host, w.port) = split_host_port(opts.join, "--join");
+  } catch (const std::invalid_argument& e) {
+    return fail(e.what(), cli::exit_config);
+  }
+  w.node = opts.node;
+  w.cpus = opts.cpus;
+  w.sets = opts.sets;
+  w.version = cli::version;
+  // A signal ends a worker at once, as a lost node: the coordinator goes on
+  // without its devices.
+  signals.start([](int sig) {
+    spdlog::warn("received signal {}: leaving the job", sig);
+    spdlog::default_logger()->flush();
+    std::_Exit(cli::exit_code_for_signal(sig));
+  });
+  const worker_result r = run_worker(w);
+  threads_left_behind = r.left_system_running;
+  switch (r.outcome) {
+    case worker_result::kind::finished: spdlog::info("the run is over"); return cli::exit_success;
+    case worker_result::kind::failed: return fail("the coordinator's run failed: " + r.message, cli::exit_training);
+    case worker_result::kind::fenced:
+      return fail("fenced: " + r.message + "; this worker's devices stopped and never train alone", cli::exit_fenced);
+    case worker_result::kind::refused: return fail("the coordinator refused this worker: " + r.message, cli::exit_refused);
+  }
+  return cli::exit_internal;
+#else
+  (void)opts;
+  (void)signals;
+  return fail("this build of dpactor has no Gloo backend, which a worker needs (apt-get install libgloo-dev, then "
+              "build again)", cli::exit_config);
+#endif
+}
+
 int run(int argc, char** argv, cli::signal_watch& signals) {
   cli::options opts;
   if (auto code = parse_options(argc, argv, opts)) return *code;
@@ -68,6 +111,7 @@ int run(int argc, char** argv, cli::signal_watch& signals) {
     print_config_reference();
     return 0;
   }
+  if (!opts.join.empty()) return run_worker_node(opts, signals);
 
   job_config config;
   cli::gpu_selection gpus;
@@ -92,6 +136,27 @@ int run(int argc, char** argv, cli::signal_watch& signals) {
   run_options run;
   run.resume_from = opts.resume;
   run.init_from = opts.init_from;
+  if (opts.coordinator) {
+#if DPACTOR_HAS_GLOO
+    coordinator_options c;
+    try {
+      std::tie(c.host, c.port) = split_host_port(opts.listen, "--listen");
+    } catch (const std::invalid_argument& e) {
+      return fail(e.what(), cli::exit_config);
+    }
+    c.wait_devices = opts.wait_devices;
+    c.version = cli::version;
+    // The first line of the output (docs/distributed.md).
+    c.on_listening = [](const std::string& address) {
+      std::printf("listening on %s\n", address.c_str());
+      std::fflush(stdout);
+    };
+    run.coordinator = c;
+#else
+    return fail("this build of dpactor has no Gloo backend, which a coordinator needs (apt-get install libgloo-dev, "
+                "then build again)", cli::exit_config);
+#endif
+  }
   Engine engine(config, run);
   if (gpus.devices.empty() && opts.gpus != "0" && config.cluster.gpus.empty())
     spdlog::warn("no usable GPU ({}); training on {} CPU replica{} (--cpus {})", gpus.note, engine.replica_count(),

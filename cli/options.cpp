@@ -46,10 +46,29 @@ std::optional<int> parse_options(int argc, char** argv, options& out) {
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
   app.add_flag("--quiet,-q", out.quiet, "Print only errors and the final summary");
   app.add_flag("--print-config", out.print_config, "Print the effective config (file plus overrides) and exit");
+  auto* coordinator =
+      app.add_flag("--coordinator", out.coordinator,
+                   "Coordinate workers in other processes or on other machines (docs/distributed.md)");
+  app.add_option("--listen", out.listen, "With --coordinator: the address to listen on (default 127.0.0.1:29500; "
+                                         "port 0: any free one)")
+      ->type_name("HOST:PORT");
+  app.add_option("--wait-devices", out.wait_devices,
+                 "With --coordinator: start training once this many devices, here and joined, are ready")
+      ->type_name("N")
+      ->check(CLI::Range(0, 1 << 20));
+  auto* join = app.add_option("--join", out.join, "Run as a worker of the coordinator at HOST:PORT with this "
+                                                  "machine's devices (the job's config comes from the coordinator)")
+                   ->type_name("HOST:PORT");
+  app.add_option("--node", out.node, "With --join: this node's name in messages (default: host name and pid)")
+      ->type_name("NAME");
+  join->excludes(coordinator);
   app.set_version_flag("--version", std::string("dpactor ") + version);
   try {
     app.parse(argc, argv);
-    if (!out.config_reference && model->count() == 0) throw CLI::RequiredError("--model");
+    if (!out.config_reference && out.join.empty() && model->count() == 0) throw CLI::RequiredError("--model");
+    if (!out.join.empty() && model->count() > 0)
+      throw CLI::ValidationError("--model", "a worker (--join) takes the job's config from the coordinator; "
+                                            "use --set to change its data paths");
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
     return code == 0 ? exit_success : exit_config;

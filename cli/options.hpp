@@ -24,6 +24,12 @@ struct options {
   bool quiet = false;
   bool print_config = false;
   bool config_reference = false;
+  // Multi-node (docs/distributed.md)
+  bool coordinator = false;               // --coordinator
+  std::string listen = "127.0.0.1:29500"; // --listen HOST:PORT
+  int wait_devices = 0;                   // --wait-devices N
+  std::string join;                       // --join HOST:PORT: run as a worker
+  std::string node;                       // --node NAME
 };
 
 // Parses argv. Returns the exit code to end with when parsing ends the program

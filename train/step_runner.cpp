@@ -138,9 +138,11 @@ step_runner::computed step_runner::compute_slices(const step_shard& shard, repli
     if (slow != nullptr) injected_delay(control, shard.step, (slow->factor - 1.0) * seconds_since(start));
   };
   // See Note [Stealing slices]: own slices in order, then whatever is left.
+  // A shard from another process has no board (none is shared there): its
+  // own slices only.
   for (std::size_t s = shard.first_slice; s < shard.last_slice; ++s)
-    if (shard.board->claim(s)) compute(s);
-  if (shard.board->stealing())
+    if (!shard.board || shard.board->claim(s)) compute(s);
+  if (shard.board && shard.board->stealing())
     while (const auto s = shard.board->steal()) compute(*s);
   c.done = static_cast<std::size_t>(c.stats.samples);
   c.compute_s = seconds_since(c.start);

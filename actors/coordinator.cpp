@@ -1,0 +1,121 @@
+#include "actors/coordinator.hpp"
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include <caf/io/all.hpp>
+#include <spdlog/spdlog.h>
+
+#include "comms/gloo.hpp"
+#include "config/config_file.hpp"
+#include "tensors/error.hpp"
+
+namespace dpactor {
+
+caf::behavior coordinator_behavior(caf::event_based_actor* self, coordinator_setup setup) {
+  auto st = std::make_shared<coordinator_setup>(std::move(setup));
+  return {
+      [st](const hello_msg& msg) -> caf::result<job_msg> {
+        if (msg.version != st->version)
+          return caf::make_error(caf::sec::runtime_error, "refused: the worker runs dpactor " + msg.version +
+                                                              ", the coordinator " + st->version);
+        return job_msg{st->config_text};
+      },
+      [st](const join_msg& msg) -> joined_msg {
+        std::string refusal;
+        if (msg.version != st->version)
+          refusal = "the worker runs dpactor " + msg.version + ", the coordinator " + st->version;
+        else if (msg.devices.size() != msg.names.size() || msg.devices.empty())
+          refusal = "a join must name each of its devices";
+        else
+          refusal = st->on_join(msg);
+        if (refusal.empty())
+          spdlog::info("node {} joined with {} device{}", msg.node, msg.devices.size(), msg.devices.size() == 1 ? "" : "s");
+        else
+          spdlog::warn("refused node {}: {}", msg.node, refusal);
+        return joined_msg{refusal};
+      },
+      [st](const store_set_msg& msg) { st->store->set(msg.key, msg.value); },
+      [st](const store_get_msg& msg) {
+        store_value_msg reply;
+        if (auto value = st->store->get(msg.key, rendezvous_store::clock::now())) {
+          reply.found = true;
+          reply.value = std::move(*value);
+        }
+        return reply;
+      },
+  };
+}
+
+namespace {
+
+// The joins taken before training starts.
+struct join_book {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<join_msg> joins;
+  int devices = 0;
+  bool started = false;
+};
+
+}  // namespace
+
+coordinator_start start_coordinator(caf::actor_system& system, const coordinator_options& options,
+                                    const job_config& config, int local_devices, int first_id,
+                                    const std::atomic<bool>& stop) {
+  coordinator_start out;
+  out.store = make_memory_store();
+  auto book = std::make_shared<join_book>();
+  coordinator_setup setup;
+  setup.version = options.version;
+  setup.config_text = dump_job_config(config);
+  setup.store = out.store;
+  setup.on_join = [book](const join_msg& msg) -> std::string {
+    std::lock_guard lock(book->mutex);
+    if (book->started) return "training has started; a worker joins before it (--wait-devices), for now";
+    book->joins.push_back(msg);
+    book->devices += static_cast<int>(msg.devices.size());
+    book->changed.notify_all();
+    return "";
+  };
+  out.actor = system.spawn(coordinator_behavior, std::move(setup));
+  auto port = caf::io::publish(out.actor, options.port, options.host.c_str(), true);
+  if (!port) {
+    caf::anon_send_exit(out.actor, caf::exit_reason::user_shutdown);
+    throw config_error("cannot listen on " + options.host + ":" + std::to_string(options.port) + ": " +
+                       system.render(port.error()));
+  }
+  if (options.on_listening) options.on_listening(options.host + ":" + std::to_string(*port));
+  std::unique_lock lock(book->mutex);
+  while (local_devices + book->devices < options.wait_devices) {
+    if (stop) {
+      caf::anon_send_exit(out.actor, caf::exit_reason::user_shutdown);
+      throw training_error("stopped while waiting for workers: " + std::to_string(local_devices + book->devices) +
+                           " of " + std::to_string(options.wait_devices) + " devices (--wait-devices) had joined");
+    }
+    book->changed.wait_for(lock, std::chrono::milliseconds(100));
+  }
+  book->started = true;
+  int id = first_id;
+  for (const join_msg& j : book->joins) {
+    for (std::size_t d = 0; d < j.devices.size(); ++d)
+      out.members.push_back(member_handle{j.devices[d], id++, j.names[d], std::make_shared<device_control>()});
+    out.nodes.push_back(j.node_actor);
+  }
+  return out;
+}
+
+group_ticket gloo_ticket(const std::shared_ptr<rendezvous_store>& store, const std::string& address, int size,
+                         std::int64_t generation) {
+  group_ticket ticket{"gloo", generation, "g" + std::to_string(generation), nullptr};
+  // Two generations back are over everywhere: their keys can go.
+  if (generation >= 2) store->erase_prefix("g" + std::to_string(generation - 2) + "/");
+  gloo_group_options o;
+  o.prefix = ticket.rendezvous_id;
+  o.address = address;
+  ticket.local = make_gloo_group(store, size, o);
+  return ticket;
+}
+
+}  // namespace dpactor

@@ -1,0 +1,269 @@
+#include "actors/worker.hpp"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <unistd.h>
+
+#include <future>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include <caf/io/all.hpp>
+#include <spdlog/spdlog.h>
+
+#include "actors/device.hpp"
+#include "actors/launch.hpp"
+#include "actors/network.hpp"
+#include "comms/gloo.hpp"
+#include "config/config_file.hpp"
+#include "tensors/error.hpp"
+#include "tensors/gemm.hpp"
+
+namespace dpactor {
+namespace {
+
+// A device thread's store request, answered through the promise: in-process
+// only (a detached device cannot take a CAF reply in the middle of a handler).
+struct store_fetch {
+  std::string key;
+  std::shared_ptr<std::promise<store_value_msg>> reply;
+};
+
+}  // namespace
+}  // namespace dpactor
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dpactor::store_fetch)
+
+namespace dpactor {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+// How often a rank waiting for a key asks the coordinator again.
+constexpr std::chrono::milliseconds store_poll_interval{2};
+
+// Asks the coordinator on behalf of device threads.
+caf::behavior store_proxy(caf::event_based_actor* self, caf::actor coordinator) {
+  return {
+      [self, coordinator](const store_fetch& f) {
+        self->request(coordinator, std::chrono::seconds(5), store_get_msg{f.key})
+            .then([reply = f.reply](const store_value_msg& v) { reply->set_value(v); },
+                  [reply = f.reply](const caf::error&) { reply->set_value(store_value_msg{}); });
+      },
+  };
+}
+
+// The coordinator's store, seen from a worker (See Note [Rendezvous store]).
+class coordinator_store final : public rendezvous_store {
+ public:
+  coordinator_store(caf::actor coordinator, caf::actor proxy) : coordinator_(std::move(coordinator)), proxy_(std::move(proxy)) {}
+  void set(const std::string& key, const std::vector<char>& value) override {
+    caf::anon_send(coordinator_, store_set_msg{key, value});
+  }
+  std::optional<std::vector<char>> get(const std::string& key, clock::time_point until) override { return fetch(key, until); }
+  void erase_prefix(const std::string&) override {}  // the coordinator's to do
+
+ private:
+  std::optional<std::vector<char>> fetch(const std::string& key, clock::time_point until) {
+    for (;;) {
+      auto reply = std::make_shared<std::promise<store_value_msg>>();
+      auto answer = reply->get_future();
+      caf::anon_send(proxy_, store_fetch{key, reply});
+      if (answer.wait_until(until) != std::future_status::ready) return std::nullopt;
+      store_value_msg v = answer.get();
+      if (v.found) return std::move(v.value);
+      if (clock::now() + store_poll_interval >= until) return std::nullopt;
+      std::this_thread::sleep_for(store_poll_interval);
+    }
+  }
+  caf::actor coordinator_;
+  caf::actor proxy_;
+};
+
+// The Gloo groups this node's devices made, by generation, for abort_msg.
+class group_registry {
+ public:
+  void add(std::int64_t generation, const std::shared_ptr<collective_group>& g) {
+    std::lock_guard lock(mutex_);
+    groups_[generation].push_back(g);
+    // Older generations are over: forget them.
+    while (!groups_.empty() && groups_.begin()->first < generation - 1) groups_.erase(groups_.begin());
+  }
+  void abort(std::optional<std::int64_t> generation) {
+    std::lock_guard lock(mutex_);
+    for (auto& [g, list] : groups_)
+      if (!generation || g == *generation)
+        for (auto& weak : list)
+          if (auto group = weak.lock()) group->abort();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<std::int64_t, std::vector<std::weak_ptr<collective_group>>> groups_;
+};
+
+struct node_outcome {
+  std::promise<worker_result> promise;
+  std::once_flag once;
+  void set(worker_result r) {
+    std::call_once(once, [&] { promise.set_value(std::move(r)); });
+  }
+};
+
+// The node actor: takes the coordinator's abort_msg and run_over_msg, and
+// notices its loss (See Note [A worker never trains alone]).
+caf::behavior node_behavior(caf::event_based_actor* self, caf::actor coordinator,
+                            std::shared_ptr<group_registry> groups, std::shared_ptr<node_outcome> outcome) {
+  self->monitor(coordinator);
+  self->set_down_handler([groups, outcome](const caf::down_msg& msg) {
+    groups->abort(std::nullopt);
+    outcome->set({worker_result::kind::fenced, "lost the coordinator (" + caf::to_string(msg.reason) + ")"});
+  });
+  return {
+      [groups](const abort_msg& msg) { groups->abort(msg.generation); },
+      [outcome](const run_over_msg& msg) {
+        if (msg.error.empty()) outcome->set({worker_result::kind::finished, ""});
+        else outcome->set({worker_result::kind::failed, msg.error});
+      },
+  };
+}
+
+// Whether a request's error means the coordinator is gone or silent (else
+// it answered no).
+bool is_lost(const caf::error& e) {
+  return e == caf::sec::request_timeout || e == caf::sec::request_receiver_down;
+}
+
+std::string default_node_name() {
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  return std::string(host) + ":" + std::to_string(::getpid());
+}
+
+// Joins with this node's devices and serves them until the run is over;
+// every actor handle it made is gone when it returns.
+worker_result serve(caf::actor_system& system, const worker_options& options) {
+  const std::string node = options.node.empty() ? default_node_name() : options.node;
+  // Connect, with retries until connect_timeout (the coordinator may still be starting).
+  caf::actor coordinator;
+  const auto give_up = clock_type::now() + options.connect_timeout;
+  for (;;) {
+    auto found = caf::io::remote_actor<caf::actor>(system, options.host, options.port);
+    if (found) {
+      coordinator = std::move(*found);
+      break;
+    }
+    if (clock_type::now() >= give_up)
+      throw std::runtime_error("cannot reach the coordinator at " + options.host + ":" + std::to_string(options.port) +
+                               ": " + system.render(found.error()));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const std::string facing = facing_address(options.host, options.port);
+
+  job_config config;
+  std::string refusal;
+  bool lost = false;
+  {
+    caf::scoped_actor self{system};
+    std::string text;
+    self->request(coordinator, options.connect_timeout, hello_msg{options.version, node})
+        .receive([&](const job_msg& job) { text = job.config; },
+                 [&](const caf::error& e) { refusal = system.render(e); lost = is_lost(e); });
+    if (lost) return {worker_result::kind::fenced, "no answer from the coordinator while joining (" + refusal + ")"};
+    if (!refusal.empty()) return {worker_result::kind::refused, refusal};
+    std::vector<std::string> sets = options.sets;
+    if (options.cpus) sets.push_back("cluster.cpus=" + std::to_string(*options.cpus));
+    config = parse_job_config(text, "the coordinator's config", sets);
+  }
+  // What is the coordinator's alone: checkpoints, faults, the member floor.
+  config.train.checkpoint_dir.clear();
+  config.faults.inject.clear();
+  config.cluster.min_devices = 1;
+  config.cluster.gpus.clear();
+  const int replicas = config.cluster.cpus > 0 ? static_cast<int>(config.cluster.cpus)
+                                               : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const launch_plan plan = prepare_launch(config, run_options{}, replicas);
+  set_blas_threads(plan.blas_threads);
+
+  auto groups = std::make_shared<group_registry>();
+  auto outcome = std::make_shared<node_outcome>();
+  auto result = outcome->promise.get_future();
+  const caf::actor proxy = system.spawn(store_proxy, coordinator);
+  auto store = std::make_shared<coordinator_store>(coordinator, proxy);
+  const caf::actor node_actor = system.spawn(node_behavior, coordinator, groups, outcome);
+
+  join_msg join;
+  join.version = options.version;
+  join.node = node;
+  join.node_actor = node_actor;
+  std::vector<caf::actor_addr> devices;
+  for (int id = 0; id < replicas; ++id) {
+    auto setup = make_device_setup(config, plan, id);
+    setup->name = node + "/" + setup->name;
+    setup->remote_group = [store, groups, facing](const group_ticket& ticket, int size) {
+      gloo_group_options o;
+      o.prefix = ticket.rendezvous_id;
+      o.address = facing;
+      auto group = make_gloo_group(store, size, o);
+      groups->add(ticket.generation, group);
+      return group;
+    };
+    join.names.push_back(setup->name);
+    join.devices.push_back(system.spawn<caf::detached>(device_behavior, std::move(setup)));
+    devices.push_back(join.devices.back().address());
+  }
+  {
+    caf::scoped_actor self{system};
+    self->request(coordinator, options.connect_timeout, join)
+        .receive([&](const joined_msg& j) { refusal = j.refusal; },
+                 [&](const caf::error& e) { refusal = system.render(e); lost = is_lost(e); });
+  }
+  worker_result r;
+  if (lost) {
+    r = {worker_result::kind::fenced, "no answer from the coordinator while joining (" + refusal + ")"};
+  } else if (!refusal.empty()) {
+    r = {worker_result::kind::refused, refusal};
+  } else {
+    spdlog::info("joined {}:{} as {} with {} device{}", options.host, options.port, node, replicas, replicas == 1 ? "" : "s");
+    r = result.get();
+  }
+  groups->abort(std::nullopt);
+  for (const auto& d : devices) caf::anon_send_exit(d, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(node_actor, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(proxy, caf::exit_reason::user_shutdown);
+  return r;
+}
+
+}  // namespace
+
+worker_result run_worker(const worker_options& options) {
+  auto* cfg = make_network_config(options.heartbeat, options.connection_timeout).release();
+  auto* system = new caf::actor_system{*cfg};
+  // Devices the coordinator still knows (a refused join, while it runs on)
+  // stay referenced by the connection to it, which CAF closes only when the
+  // system goes down, and ~actor_system would wait for them forever: past a
+  // bound the system is left running to the process's end. True if it ended.
+  auto shut_down = [&] {
+    const auto bound = clock_type::now() + std::chrono::seconds(2);
+    while (system->registry().running() > 0 && clock_type::now() < bound)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (system->registry().running() > 0) return false;
+    delete system;
+    delete cfg;
+    return true;
+  };
+  worker_result r;
+  try {
+    r = serve(*system, options);
+  } catch (...) {
+    shut_down();
+    throw;
+  }
+  r.left_system_running = !shut_down();
+  return r;
+}
+
+}  // namespace dpactor

@@ -1,0 +1,50 @@
+#pragma once
+// A worker node (dpactor --join HOST:PORT): joins a coordinator (See Note
+// [Coordinator and workers], actors/coordinator.hpp) with this machine's
+// device actors, and serves them until the run is over.
+//
+// Note [A worker never trains alone]
+// A worker's devices are members of the coordinator's generations; the
+// worker itself decides nothing. When it loses the coordinator (the
+// connection breaks, or stays silent past the connection timeout) it aborts
+// its devices' collective groups, so that no device goes on with a partial
+// group, ends them, and reports itself fenced: the program exits with its own
+// code (docs/cli.md).
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dpactor {
+
+struct worker_options {
+  std::string host;
+  std::uint16_t port = 0;
+  std::string node;                 // this node's name in messages (default: host name and pid)
+  std::optional<int> cpus;          // CPU replicas (default: the coordinator's cluster.cpus)
+  std::vector<std::string> sets;    // overrides of the coordinator's config, data.* in particular
+  std::string version;              // this program's, checked by the coordinator
+  std::chrono::milliseconds connect_timeout{10'000};
+  std::chrono::milliseconds heartbeat{500};            // See cluster.heartbeat_ms
+  std::chrono::milliseconds connection_timeout{5'000};  // and cluster.connection_timeout_ms
+};
+
+struct worker_result {
+  enum class kind { finished, failed, fenced, refused };
+  kind outcome = kind::finished;
+  std::string message;  // the coordinator's error, the refusal, or why it is fenced
+  // Its actor system could not be shut down (a device still referenced from
+  // the coordinator): the process must end with _Exit, skipping static
+  // destructors that would run under its threads.
+  bool left_system_running = false;
+};
+
+// Joins and serves until the run is over. Throws config_error, data_error
+// (its own copy of the data) or std::runtime_error (cannot reach the
+// coordinator).
+worker_result run_worker(const worker_options& options);
+
+}  // namespace dpactor

@@ -1,6 +1,6 @@
 // The gloo backend's all-reduce across processes against the local backend's
 // across threads, side by side in one run (not a timed test).
-//   gloo_bench [--floats N] [--calls K] [--ranks P] [--pin]
+//   gloo_bench [--floats N] [--calls K] [--ranks P] [--pin] [--step]
 // Prints the median, p10 and p90 of each; N defaults to the default MLP's
 // gradient size (784-256-128-10: 235,146 floats). --pin puts rank r on CPU r
 // (notes/distributed.md: unpinned is 2-4x noisier).
@@ -20,6 +20,7 @@
 
 #include "comms/gloo.hpp"
 #include "comms/local.hpp"
+#include "comms/summation_tree.hpp"
 
 using namespace dpactor;
 using clock_type = std::chrono::steady_clock;
@@ -36,14 +37,31 @@ stats summarize(std::vector<double> v) {
   return {at(0.1), at(0.5), at(0.9)};
 }
 
-// Times `calls` all-reduces (after 20 untimed ones) on one rank, in ms.
-std::vector<double> time_calls(collective& c, std::size_t floats, int calls) {
-  std::vector<float> v(floats, 1.0f);
+// Times `calls` all-reduces (after 20 untimed ones) on one rank, in ms. With
+// `step`, each call is instead what a reproducible training step does: a
+// small header all-reduce, the tree reduce-scatter of the gradients (one part
+// per rank) and the all-gather of the result.
+std::vector<double> time_calls(collective& c, std::size_t floats, int calls, bool step) {
+  std::vector<float> v(floats, 1.0f), header(16, 1.0f);
   std::vector<double> ms;
   for (int i = 0; i < 20 + calls; ++i) {
     c.barrier({});
     const auto start = clock_type::now();
-    c.all_reduce_sum(v, {});
+    if (step) {
+      c.all_reduce_sum(header, {});
+      const tree_part part{static_cast<std::uint32_t>(summation_tree(static_cast<std::size_t>(c.size())).cover(
+                               [&] {
+                                 std::vector<std::uint8_t> owned(static_cast<std::size_t>(c.size()), 0);
+                                 owned[static_cast<std::size_t>(c.rank())] = 1;
+                                 return owned;
+                               }())[0]),
+                           v};
+      c.reduce_scatter_tree(static_cast<std::size_t>(c.size()), {&part, 1}, v, {});
+      const std::span<float> all[] = {v};
+      c.all_gather(all, {});
+    } else {
+      c.all_reduce_sum(v, {});
+    }
     if (i >= 20) ms.push_back(std::chrono::duration<double, std::milli>(clock_type::now() - start).count());
   }
   return ms;
@@ -67,14 +85,16 @@ int main(int argc, char** argv) {
   int calls = 300;
   int ranks = 2;
   bool pinned = false;
+  bool step = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--floats" && i + 1 < argc) floats = std::stoul(argv[++i]);
     else if (a == "--calls" && i + 1 < argc) calls = std::stoi(argv[++i]);
     else if (a == "--ranks" && i + 1 < argc) ranks = std::stoi(argv[++i]);
     else if (a == "--pin") pinned = true;
+    else if (a == "--step") step = true;
     else {
-      std::fprintf(stderr, "usage: gloo_bench [--floats N] [--calls K] [--ranks P] [--pin]\n");
+      std::fprintf(stderr, "usage: gloo_bench [--floats N] [--calls K] [--ranks P] [--pin] [--step]\n");
       return 64;
     }
   }
@@ -92,7 +112,7 @@ int main(int argc, char** argv) {
       o.prefix = "bench";
       auto group = make_gloo_group(make_directory_store(dir), ranks, o);
       auto c = group->endpoint(r);
-      const auto ms = time_calls(*c, floats, calls);
+      const auto ms = time_calls(*c, floats, calls, step);
       if (r == 0) {
         const stats s = summarize(ms);
         if (::write(pipefd[1], &s, sizeof(s)) != sizeof(s)) ::_exit(1);
@@ -117,7 +137,7 @@ int main(int argc, char** argv) {
   for (int r = 0; r < ranks; ++r)
     threads.emplace_back([&, r] {
       if (pinned) pin(r);
-      local[static_cast<std::size_t>(r)] = time_calls(*group->endpoint(r), floats, calls);
+      local[static_cast<std::size_t>(r)] = time_calls(*group->endpoint(r), floats, calls, step);
     });
   for (auto& t : threads) t.join();
   const stats l = summarize(local[0]);

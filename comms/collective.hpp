@@ -102,6 +102,14 @@ class collective {
                                    const collective_options& options);
   virtual void barrier(const collective_options& options) = 0;
 
+  // Whether the members of a step should gather the reduced gradients and
+  // each update the whole state, rather than update their own chunk and
+  // gather the state (parameters and every optimizer slot): true where moving
+  // a byte costs more than updating it, as between processes. Either way
+  // every element is updated by the same arithmetic, so the bytes are the
+  // same (See Note [Sharded optimizer step]).
+  virtual bool gathers_gradients() const noexcept { return false; }
+
   // See Note [Gradient buckets]. Whether start_reduce_scatter() returns
   // before the reduction is done, so that it overlaps the caller's compute.
   virtual bool overlaps_compute() const noexcept { return false; }

@@ -221,6 +221,8 @@ class gloo_endpoint final : public collective {
 
   int rank() const noexcept override { return rank_; }
   int size() const noexcept override { return group_->size; }
+  // Momentum and the like would double what crosses the network.
+  bool gathers_gradients() const noexcept override { return true; }
   std::pair<std::size_t, std::size_t> chunk(std::size_t size, int rank) const noexcept override {
     return rank_chunk(size, group_->size, rank);
   }

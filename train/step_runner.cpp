@@ -306,6 +306,18 @@ std::span<const float> step_runner::update(replica& model, collective& comm, con
     model.update_in_place(lr, header_[h_samples]);
     return header_;
   }
+  if (comm.gathers_gradients()) {
+    // Every member gets the whole reduced gradient and updates everything.
+    progress.mark(device_phase::collective, step);
+    gather_parts_.clear();
+    const std::span<float> grads = model.gradients();
+    for (const gradient_bucket& b : parts) gather_parts_.push_back(grads.subspan(b.begin, b.size()));
+    comm.all_gather(gather_parts_, options);
+    progress.mark(device_phase::optimizer, step);
+    for (const gradient_bucket& b : parts) model.apply_update(lr, header_[h_samples], b.begin, b.begin + b.size());
+    model.finish_step();
+    return header_;
+  }
   for (const gradient_bucket& b : parts) {
     const auto [begin, end] = comm.chunk(b.size(), comm.rank());
     model.apply_update(lr, header_[h_samples], b.begin + begin, b.begin + end);

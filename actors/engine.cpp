@@ -191,7 +191,8 @@ void Engine::start() {
   std::unique_ptr<caf::actor_system_config> cfg;
   if (m.options.coordinator) {
 #if DPACTOR_HAS_GLOO
-    cfg = make_network_config(m.options.coordinator->heartbeat, m.options.coordinator->connection_timeout);
+    cfg = make_network_config(std::chrono::milliseconds(config.cluster.heartbeat_ms),
+                              std::chrono::milliseconds(config.cluster.connection_timeout_ms));
 #else
     throw config_error("this build of dpactor has no Gloo backend, which a coordinator needs (apt-get install "
                        "libgloo-dev, then build again)");

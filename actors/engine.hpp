@@ -36,8 +36,6 @@ struct coordinator_options {
   std::uint16_t port = 0;          // 0: the system chooses
   // start() returns once this many devices, here and joined, are ready.
   int wait_devices = 0;
-  std::chrono::milliseconds heartbeat{500};
-  std::chrono::milliseconds connection_timeout{5'000};
   std::string version;  // workers of another version are refused
   // Told "host:port" once the coordinator listens, before start() waits.
   std::function<void(const std::string& address)> on_listening;

@@ -28,8 +28,10 @@ struct worker_options {
   std::vector<std::string> sets;    // overrides of the coordinator's config, data.* in particular
   std::string version;              // this program's, checked by the coordinator
   std::chrono::milliseconds connect_timeout{10'000};
-  std::chrono::milliseconds heartbeat{500};            // See cluster.heartbeat_ms
-  std::chrono::milliseconds connection_timeout{5'000};  // and cluster.connection_timeout_ms
+  // cluster.heartbeat_ms and cluster.connection_timeout_ms: the worker's own,
+  // since it connects before it reads the job's config.
+  std::chrono::milliseconds heartbeat{500};
+  std::chrono::milliseconds connection_timeout{5'000};
 };
 
 struct worker_result {

@@ -76,6 +76,14 @@ int run_worker_node(const cli::options& opts, cli::signal_watch& signals) {
   w.node = opts.node;
   w.cpus = opts.cpus;
   w.sets = opts.sets;
+  try {
+    // The worker's own --set values of the keys it needs before it connects.
+    const job_config own = parse_job_config("", "--set", opts.sets);
+    w.heartbeat = std::chrono::milliseconds(own.cluster.heartbeat_ms);
+    w.connection_timeout = std::chrono::milliseconds(own.cluster.connection_timeout_ms);
+  } catch (const std::invalid_argument& e) {
+    return fail(e.what(), cli::exit_config);
+  }
   w.version = cli::version;
   // A signal ends a worker at once, as a lost node: the coordinator goes on
   // without its devices.

@@ -60,6 +60,10 @@ struct cluster_config {
   double hang_timeout_s = 0.0;   // 0 = max(5 s, 20 x median step time)
   double first_step_timeout_s = 300.0;  // the same, for a generation's first step or an evaluation's first batch
   double collective_timeout_s = 600.0;
+  // Multi-node (docs/distributed.md): CAF heartbeats between processes, and
+  // how long a silent peer is kept before it is dropped (a lost node).
+  std::int64_t heartbeat_ms = 500;
+  std::int64_t connection_timeout_ms = 5000;
   double bucket_cap_mb = 25.0;    // gradient buckets on GPUs (See Note [Gradient buckets])
   double first_bucket_mb = 1.0;
   gpu_data_placement gpu_data = gpu_data_placement::automatic;

@@ -335,6 +335,16 @@ const std::vector<key_spec>& keys() {
     b.floating("collective_timeout_s", [](job_config& c) -> double& { return c.cluster.collective_timeout_s; }, 0.0,
                true, "Timeout of one collective call, in seconds: a backstop for a member that never arrives.",
                max_wait_s);
+    b.integer("heartbeat_ms", [](job_config& c) -> std::int64_t& { return c.cluster.heartbeat_ms; }, 10,
+              "Several processes: the interval of the heartbeats every process sends the others over CAF "
+              "(a worker takes its own --set value, since it connects before it reads the job's config).",
+              60'000);
+    b.integer("connection_timeout_ms", [](job_config& c) -> std::int64_t& { return c.cluster.connection_timeout_ms; },
+              50,
+              "Several processes: a peer silent this long is dropped: the coordinator removes a silent worker's "
+              "devices, a worker that no longer hears the coordinator is fenced. Several heartbeats long; keep it "
+              "above 1 s on real networks.",
+              3'600'000);
     b.floating("bucket_cap_mb", [](job_config& c) -> double& { return c.cluster.bucket_cap_mb; }, 0.0, true,
                "GPUs: gradient bucket size in MiB; buckets are reduced while backward still runs (DDP's "
                "bucket_cap_mb).", max_bucket_mb);

@@ -55,10 +55,11 @@ std::string start_coordinator(std::unique_ptr<cli_process>& p, const fs::path& d
 }
 
 std::unique_ptr<cli_process> start_worker(const fs::path& dir, const std::string& port, const std::string& node,
-                                          int cpus) {
+                                          int cpus, const std::vector<std::string>& extra = {}) {
   fs::create_directories(dir);
-  return std::make_unique<cli_process>(
-      std::vector<std::string>{"--join", "127.0.0.1:" + port, "--node", node, "--cpus", std::to_string(cpus)}, dir);
+  std::vector<std::string> args = {"--join", "127.0.0.1:" + port, "--node", node, "--cpus", std::to_string(cpus)};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return std::make_unique<cli_process>(args, dir);
 }
 
 TEST(Distributed, ACoordinatorAndAWorkerTrainTheBytesOfOneFourReplicaProcess) {
@@ -135,6 +136,41 @@ TEST(Distributed, AWorkerThatLosesItsCoordinatorIsFencedWithItsOwnExitCode) {
   // A killed coordinator closes its sockets: the worker knows at once, long
   // before a connection timeout.
   EXPECT_LT(std::chrono::steady_clock::now() - started, 5s);
+}
+
+TEST(Distributed, AFrozenWorkerIsRemovedAtTheConnectionTimeoutAndFindsItselfFencedWhenItWakes) {
+  scratch_dir dir;
+  // Heartbeats every 100 ms, a silent peer dropped at 500 ms (issue 12's test settings).
+  const std::vector<std::string> fast = {"--set", "cluster.heartbeat_ms=100", "--set", "cluster.connection_timeout_ms=500"};
+  std::unique_ptr<cli_process> coordinator;
+  fs::create_directories(dir.path() / "coordinator");
+  std::vector<std::string> args = {"--cpus", "1", "--wait-devices", "3", "--set", "train.max_steps=800"};
+  args.insert(args.end(), fast.begin(), fast.end());
+  const std::string port = start_coordinator(coordinator, dir.path() / "coordinator", args);
+  ASSERT_FALSE(port.empty()) << coordinator->output_so_far();
+  auto a = start_worker(dir.path() / "a", port, "A", 1, fast);
+  auto b = start_worker(dir.path() / "b", port, "B", 1, fast);
+  ASSERT_TRUE(eventually([&] { return coordinator->output_so_far().find("generation 0") != std::string::npos; }, 60s))
+      << coordinator->output_so_far();
+  std::this_thread::sleep_for(1s);
+  b->signal(SIGSTOP);
+  const auto stopped = std::chrono::steady_clock::now();
+  ASSERT_TRUE(eventually([&] { return coordinator->output_so_far().find("generation 1") != std::string::npos; }, 30s))
+      << coordinator->output_so_far();
+  const auto removed_after = std::chrono::steady_clock::now() - stopped;
+  std::printf("the frozen worker was removed %.0f ms after SIGSTOP\n",
+              std::chrono::duration<double, std::milli>(removed_after).count());
+  // The connection timeout plus one heartbeat, with a second for a loaded machine.
+  EXPECT_LT(removed_after, 1600ms) << coordinator->output_so_far();
+  b->signal(SIGCONT);
+  const auto wb = b->wait(30s);
+  EXPECT_EQ(wb.exit_code, 6) << "a worker that wakes up removed must find itself fenced: " << wb.output;
+  const auto c = coordinator->wait(120s);
+  const auto wa = a->wait(60s);
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  EXPECT_EQ(wa.exit_code, 0) << wa.output;
+  EXPECT_NE(c.output.find("2 members (cpu:0, A/cpu:0)"), std::string::npos) << c.output;
+  EXPECT_NE(c.output.find("(800 steps"), std::string::npos) << c.output;
 }
 
 TEST(Distributed, AJoinAfterTrainingStartedIsRefusedAndChangesNothing) {

@@ -42,7 +42,8 @@ void run_step(device_ptr self, const step_shard& shard) {
   // See train.verify_replicas: the state as this member carries it into the
   // step, before the step's gather could make the replicas equal again.
   if (st.runner->perturbs(shard.step)) perturb(model);
-  const std::uint64_t carried = st.setup->verify_replicas || st.setup->on_trained ? model.state_checksum() : 0;
+  const bool record = st.setup->on_trained || st.setup->trained_to_reducer;
+  const std::uint64_t carried = st.setup->verify_replicas || record ? model.state_checksum() : 0;
   const std::int64_t counter = model.optimizer_steps();
   const step_runner::computed c =
       shard.sliced() ? st.runner->compute_slices(shard, model, *st.setup->train, *st.setup->control, *st.group)
@@ -62,8 +63,11 @@ void run_step(device_ptr self, const step_shard& shard) {
   else st.last_step = shard.step;
   st.setup->control->progress.mark(device_phase::data, shard.step + 1);
   st.setup->control->progress.end_warm_up();
-  if (st.setup->on_trained && !st.halted)
-    st.setup->on_trained(trained_event{st.setup->name, shard.step, shard.epoch, c.stats.samples, c.digest, carried});
+  if (record && !st.halted) {
+    trained_event e{st.setup->name, shard.step, shard.epoch, c.stats.samples, c.digest, carried};
+    if (st.setup->trained_to_reducer) self->send(st.reducer, std::move(e));
+    else st.setup->on_trained(e);
+  }
   if (st.rank == 0 || st.setup->verify_replicas) {
     const auto m = static_cast<std::size_t>(st.comm->size());
     step_record rec{shard.step, shard.epoch, static_cast<double>(header[h_loss]),

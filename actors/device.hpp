@@ -67,6 +67,8 @@ struct device_setup {
   bucket_limits buckets;  // on backends that overlap (See Note [Gradient buckets])
   // train.record_trained: told what this device trained in every step it applied.
   std::function<void(const trained_event&)> on_trained;
+  // Or, in another process than the reducer, sends it to the reducer.
+  bool trained_to_reducer = false;
   // A device in another process than the reducer gets tickets without the
   // group object (group_ticket.local): it makes its part of the group from
   // the ticket and the group's size (a worker's Gloo group, actors/worker.cpp).

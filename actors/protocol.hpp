@@ -14,7 +14,8 @@
 //   loader  -> reducer  ledger_snapshot_msg, epoch_ledger_msg, work_done_msg, paused_msg,
 //                       rollback_done_msg
 //   device  -> reducer  steps_done_msg (See Note [One step report]), shard_cut_msg, late_msg,
-//                       evaluated_msg, state_msg, device_failed_msg, step_aborted_msg (one-way)
+//                       evaluated_msg, state_msg, device_failed_msg, step_aborted_msg (one-way),
+//                       trained_event (from another process, train.record_trained)
 //   engine  -> reducer  start_atom, stop_atom, add_device_msg, remove_device_msg, inject_msg,
 //                       params_request
 //   reducer -> writer   write_checkpoint_msg (request, answered with checkpoint_written_msg)
@@ -29,6 +30,7 @@
 
 #include "comms/collective.hpp"
 #include "data/epoch_ledger.hpp"
+#include "train/events.hpp"
 #include "train/step_record.hpp"
 #include "train/step_shard.hpp"
 
@@ -92,7 +94,7 @@ using reducer_actor = caf::typed_actor<
     // from devices
     caf::reacts_to<steps_done_msg>, caf::reacts_to<shard_cut_msg>, caf::reacts_to<late_msg>,
     caf::reacts_to<evaluated_msg>, caf::reacts_to<state_msg>, caf::reacts_to<device_failed_msg>,
-    caf::reacts_to<step_aborted_msg>,
+    caf::reacts_to<step_aborted_msg>, caf::reacts_to<trained_event>,
     // from the loader
     caf::reacts_to<ledger_snapshot_msg>, caf::reacts_to<epoch_ledger_msg>, caf::reacts_to<work_done_msg>,
     caf::reacts_to<paused_msg>, caf::reacts_to<rollback_done_msg>,
@@ -465,6 +467,14 @@ typename Inspector::result_type inspect(Inspector& f, checkpoint_written_msg& x)
   return f(caf::meta::type_name("checkpoint_written_msg"), x.step, x.path, x.error);
 }
 
+// A device in another process reports what it trained to the reducer, which
+// publishes it as the event (train.record_trained): after the device's
+// earlier reports, before its later ones.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, trained_event& x) {
+  return f(caf::meta::type_name("trained_event"), x.device, x.step, x.epoch, x.samples, x.digest, x.carried);
+}
+
 // ---- across nodes: worker <-> coordinator (actors/coordinator.hpp) ----------
 // worker -> coordinator (request, answered with job_msg): the job it joins.
 struct hello_msg {
@@ -624,6 +634,7 @@ CAF_BEGIN_TYPE_ID_BLOCK(dpactor, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(dpactor, (dpactor::reducer_actor))
   CAF_ADD_TYPE_ID(dpactor, (dpactor::checkpoint_writer_actor))
   CAF_ADD_TYPE_ID(dpactor, (std::vector<dpactor::device_actor>))
+  CAF_ADD_TYPE_ID(dpactor, (dpactor::trained_event))
   CAF_ADD_TYPE_ID(dpactor, (dpactor::hello_msg))
   CAF_ADD_TYPE_ID(dpactor, (dpactor::job_msg))
   CAF_ADD_TYPE_ID(dpactor, (dpactor::join_msg))

@@ -308,6 +308,7 @@ reducer_actor::behavior_type reducer_behavior(reducer_ptr self, reducer_setup se
         }
         request_graceful_change(self);
       },
+      [self](const trained_event& e) { self->state.setup.control->emit(e); },
       [self](const inject_msg& msg) {
         auto& st = self->state;
         const fault_spec f = parse_fault_spec(msg.spec);

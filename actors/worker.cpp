@@ -203,6 +203,7 @@ worker_result serve(caf::actor_system& system, const worker_options& options) {
   for (int id = 0; id < replicas; ++id) {
     auto setup = make_device_setup(config, plan, id);
     setup->name = node + "/" + setup->name;
+    setup->trained_to_reducer = config.train.record_trained;
     setup->remote_group = [store, groups, facing](const group_ticket& ticket, int size) {
       gloo_group_options o;
       o.prefix = ticket.rendezvous_id;

@@ -10,6 +10,9 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
 #include <thread>
@@ -62,11 +65,26 @@ std::unique_ptr<cli_process> start_worker(const fs::path& dir, const std::string
   return std::make_unique<cli_process>(args, dir);
 }
 
-TEST(Distributed, ACoordinatorAndAWorkerTrainTheBytesOfOneFourReplicaProcess) {
+// What the devices say they trained (train.record_trained), every device's
+// as the coordinator's metrics file has them: the evidence of exactly-once
+// (tests/test_support.hpp, trained_evidence).
+void read_evidence(const fs::path& metrics, testing::trained_evidence& evidence) {
+  std::ifstream in(metrics);
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.value("event", "") != "trained") continue;
+    evidence.record(trained_event{j.at("device"), j.at("step").get<std::int64_t>() - 1, j.at("epoch"), j.at("samples"),
+                                  j.at("digest"), 0});
+  }
+}
+
+TEST(Distributed, ACoordinatorAndAWorkerTrainTheBytesOfOneFourReplicaProcessEverySampleOnce) {
   scratch_dir dir;
-  const std::vector<std::string> common = {"--set", "train.max_steps=120", "--checkpoint-dir", (dir.path() / "ck").string()};
+  const std::vector<std::string> common = {"--epochs", "1", "--checkpoint-dir", (dir.path() / "ck").string()};
   std::unique_ptr<cli_process> coordinator;
-  std::vector<std::string> args = {"--cpus", "2", "--wait-devices", "4"};
+  std::vector<std::string> args = {"--cpus", "2", "--wait-devices", "4", "--set", "train.record_trained=true",
+                                   "--metrics", (dir.path() / "m.jsonl").string()};
   args.insert(args.end(), common.begin(), common.end());
   fs::create_directories(dir.path() / "coordinator");
   const std::string port = start_coordinator(coordinator, dir.path() / "coordinator", args);
@@ -79,17 +97,24 @@ TEST(Distributed, ACoordinatorAndAWorkerTrainTheBytesOfOneFourReplicaProcess) {
   EXPECT_NE(c.output.find("generation 0: 4 members (cpu:0, cpu:1, w1/cpu:0, w1/cpu:1)"), std::string::npos) << c.output;
   EXPECT_EQ(c.output.find("generation 1"), std::string::npos) << "no member may have been lost: " << c.output;
   EXPECT_NE(w.output.find("the run is over"), std::string::npos) << w.output;
+  // Every sample of the epoch once, by the devices' own account, the
+  // worker's included.
+  testing::trained_evidence evidence;
+  read_evidence(dir.path() / "m.jsonl", evidence);
+  EXPECT_EQ(evidence.check(60000, 1), "");
+  for (const char* device : {"cpu:0", "w1/cpu:1"})
+    EXPECT_TRUE(evidence.first_step_of(device).has_value()) << device << " reported nothing it trained";
 
   // The same job in one process with four replicas: the same bytes
   // (train.reproducible, on by default).
-  const std::vector<std::string> single = {"--model", mlp_cfg, "--gpus", "0", "--cpus", "4", "--set", "train.max_steps=120",
+  const std::vector<std::string> single = {"--model", mlp_cfg, "--gpus", "0", "--cpus", "4", "--epochs", "1",
                                            "--checkpoint-dir", (dir.path() / "single").string()};
   fs::create_directories(dir.path() / "one");
   const auto s = testing::run_cli(single, dir.path() / "one");
   ASSERT_EQ(s.exit_code, 0) << s.output;
   for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
-    const auto a = testing::tensor_bytes(dir.path() / "ck" / "step-00000120" / file);
-    const auto b = testing::tensor_bytes(dir.path() / "single" / "step-00000120" / file);
+    const auto a = testing::tensor_bytes(dir.path() / "ck" / "step-00000469" / file);
+    const auto b = testing::tensor_bytes(dir.path() / "single" / "step-00000469" / file);
     ASSERT_FALSE(a.empty()) << file;
     EXPECT_TRUE(a == b) << file << " differs between the two processes and the single process";
   }
@@ -112,7 +137,8 @@ TEST(Distributed, AKilledWorkerIsLeftOutOfTheNextGenerationAndTheRunFinishes) {
   const auto wa = a->wait(60s);
   ASSERT_EQ(c.exit_code, 0) << c.output;
   EXPECT_EQ(wa.exit_code, 0) << "the surviving worker must finish normally: " << wa.output;
-  EXPECT_NE(c.output.find("2 members (cpu:0, A/cpu:0); B/cpu:0 exited"), std::string::npos) << c.output;
+  // B is out (its connection closed; on a loaded machine the hang check may name it first).
+  EXPECT_NE(c.output.find("2 members (cpu:0, A/cpu:0); B/cpu:0 "), std::string::npos) << c.output;
   EXPECT_NE(c.output.find("recovered: step"), std::string::npos) << c.output;
   EXPECT_NE(c.output.find("(600 steps"), std::string::npos) << "the run must train all its steps: " << c.output;
 }

@@ -167,6 +167,23 @@ TEST(GlooProcesses, AKilledRankFailsEveryPeerFastAndNoPeerDies) {
   fs::remove_all(dir);
 }
 
+// Gloo does not fail a receive whose message it is in the middle of reading
+// when the connection breaks (See Note [Gloo waits look up every
+// health_slice]); with two ranks no third one carries the failure either.
+TEST(GlooProcesses, APeerKilledInTheMiddleOfAMessageFailsTheOtherRanksCall) {
+  const fs::path dir = fresh_dir("midmessage");
+  rank_process a("loop-big", dir, 0, 2), b("loop-big", dir, 1, 2);
+  ASSERT_TRUE(eventually([&] { return a.output().rfind("ready", 0) == 0 && b.output().rfind("ready", 0) == 0; }, 60s))
+      << "the ranks did not connect";
+  std::this_thread::sleep_for(300ms);  // a few 64 MB calls in
+  b.kill();
+  const int code = a.wait(10s);
+  ASSERT_EQ(code, 3) << "rank 0 must fail its call (-1: it hangs in the message it was reading): " << a.output();
+  EXPECT_NE(a.output().find("failed " + std::to_string(static_cast<int>(collective_errc::aborted))), std::string::npos)
+      << a.output();
+  fs::remove_all(dir);
+}
+
 TEST(GlooProcesses, ARankThatNeverArrivesEndsTheRendezvousAtItsTimeout) {
   const int ranks = 3;
   const fs::path dir = fresh_dir("absent");

@@ -5,7 +5,7 @@
 //          reduce-scatter go to OUT_FILE.
 // loop:    a barrier, "ready" in OUT_FILE, then all-reduces until one fails:
 //          OUT_FILE gets "failed CODE NANOSECONDS" (steady clock) and the
-//          exit code is 3.
+//          exit code is 3. loop-big: the same with 64 MB buffers.
 
 #include <chrono>
 #include <cmath>
@@ -80,10 +80,12 @@ int main(int argc, char** argv) {
       write_floats(out, result);
       return 0;
     }
-    if (scenario == "loop") {
+    if (scenario == "loop" || scenario == "loop-big") {
       c->barrier({});
       { std::ofstream(out_file) << "ready\n"; }
-      std::vector<float> v(235146, 1.0f);
+      // loop-big: 64 MB a call, so that a peer's death lands in the middle
+      // of a message.
+      std::vector<float> v(scenario == "loop" ? 235146 : std::size_t{16} << 20, 1.0f);
       for (long i = 0;; ++i) c->all_reduce_sum(v, collective_options{std::chrono::seconds(30)});
     }
   } catch (const collective_error& e) {

@@ -9,6 +9,7 @@
 
 #include "comms/gloo.hpp"
 #include "config/config_file.hpp"
+#include "config/job_identity.hpp"
 #include "tensors/error.hpp"
 
 namespace dpactor {
@@ -62,8 +63,8 @@ struct join_book {
 }  // namespace
 
 coordinator_start start_coordinator(caf::actor_system& system, const coordinator_options& options,
-                                    const job_config& config, int local_devices, int first_id,
-                                    const std::atomic<bool>& stop) {
+                                    const job_config& config, const std::string& fingerprint, int local_devices,
+                                    int first_id, const std::atomic<bool>& stop) {
   coordinator_start out;
   out.store = make_memory_store();
   auto book = std::make_shared<join_book>();
@@ -71,7 +72,11 @@ coordinator_start start_coordinator(caf::actor_system& system, const coordinator
   setup.version = options.version;
   setup.config_text = dump_job_config(config);
   setup.store = out.store;
-  setup.on_join = [book](const join_msg& msg) -> std::string {
+  setup.on_join = [book, identity = job_identity(config), fingerprint](const join_msg& msg) -> std::string {
+    if (const std::string d = first_difference(identity, msg.job_identity, "coordinator", "worker"); !d.empty())
+      return "its config differs: " + d;
+    if (msg.data_fingerprint != fingerprint)
+      return "its data differs: the coordinator has " + fingerprint + "; the worker has " + msg.data_fingerprint;
     std::lock_guard lock(book->mutex);
     if (book->started) return "training has started; a worker joins before it (--wait-devices), for now";
     book->joins.push_back(msg);

@@ -65,9 +65,11 @@ struct coordinator_start {
 // local_devices plus the joined ones reach options.wait_devices. Throws
 // config_error when it cannot listen there, and training_error when `stop`
 // is set while it waits.
+// A worker whose config (job_identity) or data (`fingerprint`, this node's)
+// differs is refused with a message naming the first difference.
 coordinator_start start_coordinator(caf::actor_system& system, const coordinator_options& options,
-                                    const job_config& config, int local_devices, int first_id,
-                                    const std::atomic<bool>& stop);
+                                    const job_config& config, const std::string& fingerprint, int local_devices,
+                                    int first_id, const std::atomic<bool>& stop);
 
 // The ticket of a generation whose ranks are in several processes: a Gloo
 // group under the prefix "g<generation>" of the coordinator's store; its

@@ -14,6 +14,7 @@
 #include "actors/backend.hpp"
 #if DPACTOR_HAS_GLOO
 #include "actors/coordinator.hpp"
+#include "config/job_identity.hpp"
 #include "actors/network.hpp"
 #endif
 #include "actors/launch.hpp"
@@ -231,7 +232,9 @@ void Engine::start() {
   if (m.options.coordinator) {
     coordinator_start cs;
     try {
-      cs = start_coordinator(*system, *m.options.coordinator, config, plan->replicas, plan->replicas, m.stop_requested);
+      cs = start_coordinator(*system, *m.options.coordinator, config,
+                             data_fingerprint(*plan->data.train, *plan->data.test), plan->replicas, plan->replicas,
+                             m.stop_requested);
     } catch (...) {
       for (const auto& d : devices) caf::anon_send_exit(d.actor, caf::exit_reason::user_shutdown);
       if (writer) caf::anon_send_exit(writer, caf::exit_reason::user_shutdown);

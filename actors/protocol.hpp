@@ -497,7 +497,7 @@ typename Inspector::result_type inspect(Inspector& f, job_msg& x) {
 struct join_msg {
   std::string version;
   std::string node;
-  std::string config_hash;       // of the config the worker built its devices from
+  std::string job_identity;      // the config its devices train (config/job_identity.hpp)
   std::string data_fingerprint;  // of its copy of the data
   std::vector<device_actor> devices;
   std::vector<std::string> names;  // "node/cpu:0", one per device
@@ -505,7 +505,7 @@ struct join_msg {
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, join_msg& x) {
-  return f(caf::meta::type_name("join_msg"), x.version, x.node, x.config_hash, x.data_fingerprint, x.devices,
+  return f(caf::meta::type_name("join_msg"), x.version, x.node, x.job_identity, x.data_fingerprint, x.devices,
            x.names, x.node_actor);
 }
 struct joined_msg {

@@ -19,6 +19,7 @@
 #include "actors/network.hpp"
 #include "comms/gloo.hpp"
 #include "config/config_file.hpp"
+#include "config/job_identity.hpp"
 #include "tensors/error.hpp"
 #include "tensors/gemm.hpp"
 
@@ -198,6 +199,8 @@ worker_result serve(caf::actor_system& system, const worker_options& options) {
   join_msg join;
   join.version = options.version;
   join.node = node;
+  join.job_identity = job_identity(config);
+  join.data_fingerprint = data_fingerprint(*plan.data.train, *plan.data.test);
   join.node_actor = node_actor;
   std::vector<caf::actor_addr> devices;
   for (int id = 0; id < replicas; ++id) {

@@ -216,6 +216,35 @@ TEST(Distributed, AJoinAfterTrainingStartedIsRefusedAndChangesNothing) {
   EXPECT_EQ(c.output.find("generation 1"), std::string::npos) << c.output;
 }
 
+TEST(Distributed, AWorkerWithAnotherConfigOrOtherDataIsRefusedNamingTheDifferenceAndChangesNothing) {
+  scratch_dir dir;
+  std::unique_ptr<cli_process> coordinator;
+  fs::create_directories(dir.path() / "coordinator");
+  const std::string port = start_coordinator(coordinator, dir.path() / "coordinator",
+                                             {"--cpus", "1", "--wait-devices", "2", "--set", "train.max_steps=200"});
+  ASSERT_FALSE(port.empty()) << coordinator->output_so_far();
+  auto other_config = start_worker(dir.path() / "config", port, "lr", 1, {"--set", "optimizer.lr=0.5"});
+  const auto wc = other_config->wait(60s);
+  EXPECT_EQ(wc.exit_code, 7) << wc.output;
+  EXPECT_NE(wc.output.find("refused this worker: its config differs: optimizer.lr = "), std::string::npos) << wc.output;
+  EXPECT_NE(wc.output.find("(coordinator) against 0.5 (worker)"), std::string::npos) << wc.output;
+  auto other_data = start_worker(dir.path() / "data", port, "synthetic", 1, {"--set", "data.format=synthetic"});
+  const auto wd = other_data->wait(60s);
+  EXPECT_EQ(wd.exit_code, 7) << wd.output;
+  EXPECT_NE(wd.output.find("refused this worker: its data differs: the coordinator has train 60000 x 784"),
+            std::string::npos) << wd.output;
+  EXPECT_NE(wd.output.find("the worker has train 4096 x 784"), std::string::npos) << wd.output;
+  // The job still waits for its second device, and trains with a good one.
+  auto good = start_worker(dir.path() / "good", port, "good", 1);
+  const auto g = good->wait(120s);
+  const auto c = coordinator->wait(120s);
+  EXPECT_EQ(g.exit_code, 0) << g.output;
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  EXPECT_NE(c.output.find("refused node lr: its config differs"), std::string::npos) << c.output;
+  EXPECT_NE(c.output.find("refused node synthetic: its data differs"), std::string::npos) << c.output;
+  EXPECT_NE(c.output.find("generation 0: 2 members (cpu:0, good/cpu:0)"), std::string::npos) << c.output;
+}
+
 TEST(Distributed, AWorkerTakesNoModelAndAMalformedAddressIsAUsageError) {
   scratch_dir dir;
   const auto with_model = testing::run_cli({"--join", "127.0.0.1:1", "--model", mlp_cfg}, dir.path());

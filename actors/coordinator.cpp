@@ -14,7 +14,7 @@
 
 namespace dpactor {
 
-caf::behavior coordinator_behavior(caf::event_based_actor* self, coordinator_setup setup) {
+caf::behavior coordinator_behavior(caf::event_based_actor* /*self*/, coordinator_setup setup) {
   auto st = std::make_shared<coordinator_setup>(std::move(setup));
   return {
       [st](const hello_msg& msg) -> caf::result<job_msg> {

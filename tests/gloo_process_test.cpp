@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "comms/local.hpp"
-#include "comms/summation_tree.hpp"
+#include "gloo_scenario.hpp"
 #include "test_support.hpp"
 
 namespace dpactor {
@@ -84,13 +84,6 @@ fs::path fresh_dir(const std::string& name) {
   return dir;
 }
 
-std::vector<float> inexact(int rank, std::size_t size) {
-  std::vector<float> v(size);
-  for (std::size_t i = 0; i < size; ++i)
-    v[i] = std::sin(static_cast<float>(i * 31 + static_cast<std::size_t>(rank) * 7)) * 1e3f / static_cast<float>(1 + rank);
-  return v;
-}
-
 TEST(GlooProcesses, SumExactlyAndGiveTheLocalBackendsBytes) {
   for (const int ranks : {2, 3}) {
     const fs::path dir = fresh_dir("conform" + std::to_string(ranks));
@@ -99,34 +92,20 @@ TEST(GlooProcesses, SumExactlyAndGiveTheLocalBackendsBytes) {
     for (int r = 0; r < ranks; ++r) ASSERT_EQ(procs[static_cast<std::size_t>(r)]->wait(60s), 0) << ranks << " ranks: rank " << r;
     // The same calls on the local backend, ranks as threads.
     auto group = make_local_group(ranks);
-    std::vector<std::vector<float>> sums(static_cast<std::size_t>(ranks)), trees(static_cast<std::size_t>(ranks));
+    std::vector<std::vector<float>> want(static_cast<std::size_t>(ranks));
     std::vector<std::thread> threads;
     for (int r = 0; r < ranks; ++r)
-      threads.emplace_back([&, r] {
-        auto c = group->endpoint(r);
-        auto& v = sums[static_cast<std::size_t>(r)];
-        v = inexact(r, 10007);
-        c->all_reduce_sum(v, {});
-        const summation_tree tree(7);
-        std::vector<std::uint8_t> owned(7, 0);
-        for (std::size_t s = 0; s < 7; ++s) owned[s] = static_cast<int>(s % static_cast<std::size_t>(ranks)) == r;
-        std::vector<std::vector<float>> values;
-        std::vector<tree_part> parts;
-        for (const auto node : tree.cover(owned)) values.push_back(inexact(static_cast<int>(node) + 10, 1037));
-        std::size_t k = 0;
-        for (const auto node : tree.cover(owned)) parts.push_back({node, values[k++]});
-        auto& t = trees[static_cast<std::size_t>(r)];
-        t.assign(1037, 0.0f);
-        c->reduce_scatter_tree(7, parts, t, {});
-      });
+      threads.emplace_back([&, r] { want[static_cast<std::size_t>(r)] = testing::conform_results(*group->endpoint(r)); });
     for (auto& t : threads) t.join();
+    constexpr std::size_t sum_floats = testing::conform_sum_floats;
     for (int r = 0; r < ranks; ++r) {
       const std::string bytes = procs[static_cast<std::size_t>(r)]->output();
-      ASSERT_EQ(bytes.size(), (10007 + 1037) * sizeof(float)) << "rank " << r;
-      EXPECT_EQ(std::memcmp(bytes.data(), sums[0].data(), 10007 * sizeof(float)), 0)
+      const auto& mine = want[static_cast<std::size_t>(r)];
+      ASSERT_EQ(bytes.size(), mine.size() * sizeof(float)) << "rank " << r;
+      EXPECT_EQ(std::memcmp(bytes.data(), want[0].data(), sum_floats * sizeof(float)), 0)
           << ranks << " ranks: rank " << r << "'s all-reduce differs from the local backend's";
-      const auto [begin, end] = group->endpoint(0)->chunk(1037, r);
-      EXPECT_EQ(std::memcmp(bytes.data() + (10007 + begin) * sizeof(float), trees[static_cast<std::size_t>(r)].data() + begin,
+      const auto [begin, end] = group->endpoint(0)->chunk(testing::conform_tree_floats, r);
+      EXPECT_EQ(std::memcmp(bytes.data() + (sum_floats + begin) * sizeof(float), mine.data() + sum_floats + begin,
                             (end - begin) * sizeof(float)),
                 0)
           << ranks << " ranks: rank " << r << "'s tree chunk differs from the local backend's";

@@ -49,16 +49,38 @@ caf::behavior coordinator_behavior(caf::event_based_actor* /*self*/, coordinator
   };
 }
 
+bool worker_nodes::add(const caf::actor& node) {
+  std::lock_guard lock(mutex_);
+  if (closed_) return false;
+  nodes_.push_back(node);
+  return true;
+}
+
+std::vector<caf::actor> worker_nodes::list() const {
+  std::lock_guard lock(mutex_);
+  return nodes_;
+}
+
+std::vector<caf::actor> worker_nodes::close() {
+  std::lock_guard lock(mutex_);
+  closed_ = true;
+  return nodes_;
+}
+
 namespace {
 
-// The joins taken before training starts.
+// The joins: counted before training starts, passed to the reducer after.
 struct join_book {
   std::mutex mutex;
   std::condition_variable changed;
-  std::vector<join_msg> joins;
+  std::vector<join_msg> joins;       // before the start
   int devices = 0;
   bool started = false;
+  reducer_actor reducer;             // once attached
+  std::vector<node_joined_msg> early;  // after the start, before the reducer was attached
 };
+
+node_joined_msg joined_devices(const join_msg& j) { return {j.devices, j.names}; }
 
 }  // namespace
 
@@ -67,22 +89,35 @@ coordinator_start start_coordinator(caf::actor_system& system, const coordinator
                                     int first_id, const std::atomic<bool>& stop) {
   coordinator_start out;
   out.store = make_memory_store();
+  out.nodes = std::make_shared<worker_nodes>();
   auto book = std::make_shared<join_book>();
   coordinator_setup setup;
   setup.version = options.version;
   setup.config_text = dump_job_config(config);
   setup.store = out.store;
-  setup.on_join = [book, identity = job_identity(config), fingerprint](const join_msg& msg) -> std::string {
+  setup.on_join = [book, nodes = out.nodes, identity = job_identity(config),
+                   fingerprint](const join_msg& msg) -> std::string {
     if (const std::string d = first_difference(identity, msg.job_identity, "coordinator", "worker"); !d.empty())
       return "its config differs: " + d;
     if (msg.data_fingerprint != fingerprint)
       return "its data differs: the coordinator has " + fingerprint + "; the worker has " + msg.data_fingerprint;
     std::lock_guard lock(book->mutex);
-    if (book->started) return "training has started; a worker joins before it (--wait-devices), for now";
-    book->joins.push_back(msg);
-    book->devices += static_cast<int>(msg.devices.size());
-    book->changed.notify_all();
+    if (!book->started) {
+      book->joins.push_back(msg);
+      book->devices += static_cast<int>(msg.devices.size());
+      book->changed.notify_all();
+      return "";
+    }
+    if (!nodes->add(msg.node_actor)) return "the run is over";
+    if (book->reducer) caf::anon_send(book->reducer, joined_devices(msg));
+    else book->early.push_back(joined_devices(msg));
     return "";
+  };
+  out.attach_reducer = [book](const reducer_actor& reducer) {
+    std::lock_guard lock(book->mutex);
+    book->reducer = reducer;
+    for (auto& j : book->early) caf::anon_send(reducer, std::move(j));
+    book->early.clear();
   };
   out.actor = system.spawn(coordinator_behavior, std::move(setup));
   auto port = caf::io::publish(out.actor, options.port, options.host.c_str(), true);
@@ -93,11 +128,17 @@ coordinator_start start_coordinator(caf::actor_system& system, const coordinator
   }
   if (options.on_listening) options.on_listening(options.host + ":" + std::to_string(*port));
   std::unique_lock lock(book->mutex);
-  while (local_devices + book->devices < options.wait_devices) {
+  while (local_devices + book->devices < options.wait_devices ||
+         static_cast<int>(book->joins.size()) < options.wait_workers) {
     if (stop) {
       caf::anon_send_exit(out.actor, caf::exit_reason::user_shutdown);
-      throw training_error("stopped while waiting for workers: " + std::to_string(local_devices + book->devices) +
-                           " of " + std::to_string(options.wait_devices) + " devices (--wait-devices) had joined");
+      throw training_error(
+          "stopped while waiting for workers: " +
+          (options.wait_workers > 0 ? std::to_string(book->joins.size()) + " of " + std::to_string(options.wait_workers) +
+                                          " worker processes (the launcher's world size) and "
+                                    : std::string()) +
+          std::to_string(local_devices + book->devices) + " of " + std::to_string(options.wait_devices) +
+          " devices (--wait-devices) had joined");
     }
     book->changed.wait_for(lock, std::chrono::milliseconds(100));
   }
@@ -106,7 +147,7 @@ coordinator_start start_coordinator(caf::actor_system& system, const coordinator
   for (const join_msg& j : book->joins) {
     for (std::size_t d = 0; d < j.devices.size(); ++d)
       out.members.push_back(member_handle{j.devices[d], id++, j.names[d], std::make_shared<device_control>()});
-    out.nodes.push_back(j.node_actor);
+    out.nodes->add(j.node_actor);
   }
   return out;
 }

@@ -17,9 +17,11 @@
 // worker's through this actor. Across processes a member blocked in a
 // collective reads no messages: the reducer's abort reaches a worker's groups
 // through its node actor (abort_msg), and any rank's abort reaches the others
-// through Gloo's sockets. Joins are taken before training starts
-// (--wait-devices); a join after that is refused, for now, with a message
-// saying so.
+// through Gloo's sockets. Joins before training starts count towards
+// --wait-devices; a join during training goes to the reducer
+// (node_joined_msg), which admits its devices at the next step boundary as it
+// admits Engine::add_device's: the generation they join opens with the
+// state's broadcast. A join after the run is over is refused.
 
 #include <functional>
 #include <memory>
@@ -46,6 +48,7 @@ caf::behavior coordinator_behavior(caf::event_based_actor* self, coordinator_set
 }  // namespace dpactor
 
 #include <atomic>
+#include <mutex>
 
 #include "actors/engine.hpp"
 #include "actors/reducer.hpp"
@@ -53,12 +56,32 @@ caf::behavior coordinator_behavior(caf::event_based_actor* self, coordinator_set
 
 namespace dpactor {
 
+// The workers' node actors, for abort_msg and run_over_msg: those joined
+// before the start, then those joined during training. Closed when the run
+// is over; a join after that is refused. Thread-safe.
+class worker_nodes {
+ public:
+  // False once closed.
+  bool add(const caf::actor& node);
+  std::vector<caf::actor> list() const;
+  // Closes the list and returns it.
+  std::vector<caf::actor> close();
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<caf::actor> nodes_;
+  bool closed_ = false;
+};
+
 // What a coordinating engine adds to its run.
 struct coordinator_start {
   caf::actor actor;                         // published
   std::shared_ptr<rendezvous_store> store;  // the Gloo groups'
   std::vector<member_handle> members;       // the workers' devices, ids from first_id
-  std::vector<caf::actor> nodes;            // the workers' node actors
+  std::shared_ptr<worker_nodes> nodes;
+  // Hands the run's reducer to the coordinator actor: joins during training
+  // go to it (node_joined_msg); those taken before are sent now.
+  std::function<void(const reducer_actor&)> attach_reducer;
 };
 
 // Publishes the coordinator, tells options.on_listening, and waits until

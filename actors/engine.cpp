@@ -65,7 +65,8 @@ struct Engine::impl {
   std::unique_ptr<caf::actor_system> system;
   std::vector<caf::actor_addr> actors;  // everything spawned, for teardown
   reducer_actor reducer;
-  std::vector<caf::actor> nodes;  // the workers' node actors, when coordinating
+  // When coordinating: closes the list of workers' node actors and returns it.
+  std::function<std::vector<caf::actor>()> close_nodes;
   std::shared_ptr<run_control> control;
   std::optional<std::future<run_summary>> outcome;
   std::atomic<bool> stop_requested{false};
@@ -227,10 +228,9 @@ void Engine::start() {
   reducer_setup rs;
 #if DPACTOR_HAS_GLOO
   // See Note [Coordinator and workers].
-  std::vector<caf::actor> nodes;
+  coordinator_start cs;
   caf::actor coordinator;
   if (m.options.coordinator) {
-    coordinator_start cs;
     try {
       cs = start_coordinator(*system, *m.options.coordinator, config,
                              data_fingerprint(*plan->data.train, *plan->data.test), plan->replicas, plan->replicas,
@@ -242,15 +242,17 @@ void Engine::start() {
       throw;
     }
     devices.insert(devices.end(), cs.members.begin(), cs.members.end());
-    nodes = cs.nodes;
     coordinator = cs.actor;
     rs.make_group = [store = cs.store, address = m.options.coordinator->host](const std::vector<int>& ids,
                                                                               std::int64_t generation) {
       return gloo_ticket(store, address, static_cast<int>(ids.size()), generation);
     };
-    rs.abort_remote = [nodes](std::int64_t generation, const std::string& why) {
-      for (const auto& n : nodes) caf::anon_send(n, abort_msg{generation, why});
+    rs.abort_remote = [nodes = cs.nodes](std::int64_t generation, const std::string& why) {
+      for (const auto& n : nodes->list()) caf::anon_send(n, abort_msg{generation, why});
     };
+    // Devices in other processes get their fault specs by message.
+    for (const auto& f : plan->faults)
+      if (is_device_fault(f)) rs.remote_device_faults.push_back(f);
     // A step's slice board and a cut live in one process's memory: across
     // processes every member computes its own range, and shard sizes still
     // follow throughput.
@@ -297,6 +299,14 @@ void Engine::start() {
   }
   rs.started = m.started;
   const reducer_actor reducer = system->spawn(reducer_behavior, std::move(rs));
+#if DPACTOR_HAS_GLOO
+  if (coordinator) {
+    for (const auto& h : cs.members)
+      for (const auto& f : plan->faults)
+        if (is_device_fault(f) && f.device == h.id) caf::anon_send(h.actor, inject_msg{f.text});
+    cs.attach_reducer(reducer);
+  }
+#endif
   // Every spawn made this thread hold the system's logger in a CAF 0.17
   // thread-local, and ~actor_system waits until the logger is gone: wait() or
   // ~Engine in another thread (a service's) would wait forever. The
@@ -314,7 +324,7 @@ void Engine::start() {
     if (writer) m.actors.push_back(writer.address());
 #if DPACTOR_HAS_GLOO
     if (coordinator) m.actors.push_back(coordinator.address());
-    m.nodes = nodes;
+    if (coordinator) m.close_nodes = [nodes = cs.nodes] { return nodes->close(); };
 #endif
     m.reducer = reducer;
     m.running = true;
@@ -338,7 +348,7 @@ run_summary Engine::wait() {
   }
   m.outcome.reset();
   // The workers end their devices and exit (See Note [A worker never trains alone]).
-  for (const auto& node : m.nodes) {
+  for (const auto& node : m.close_nodes ? m.close_nodes() : std::vector<caf::actor>{}) {
     std::string what;
     if (error) {
       try {
@@ -351,7 +361,7 @@ run_summary Engine::wait() {
     }
     caf::anon_send(node, run_over_msg{what});
   }
-  m.nodes.clear();
+  m.close_nodes = nullptr;
   m.teardown();
   m.running = false;
   m.stop_requested = false;

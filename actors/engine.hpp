@@ -36,6 +36,8 @@ struct coordinator_options {
   std::uint16_t port = 0;          // 0: the system chooses
   // start() returns once this many devices, here and joined, are ready.
   int wait_devices = 0;
+  // ... and this many worker processes have joined (a launcher's world size).
+  int wait_workers = 0;
   std::string version;  // workers of another version are refused
   // Told "host:port" once the coordinator listens, before start() waits.
   std::function<void(const std::string& address)> on_listening;

@@ -66,8 +66,10 @@ launch_plan prepare_launch(const job_config& config, const run_options& options,
   // Devices are numbered from 0 in start order; joining ones take the next numbers.
   const auto joins = std::count_if(plan.faults.begin(), plan.faults.end(),
                                    [](const fault_spec& f) { return f.kind == fault_kind::join; });
+  // A coordinator's devices include the workers', numbered as they are
+  // admitted: any number may name one.
   for (const auto& f : plan.faults)
-    if (f.device >= replicas + joins)
+    if (!options.coordinator && f.device >= replicas + joins)
       throw config_error(f.text + ": there is no device " + std::to_string(f.device) + ": the run has devices 0 to " +
                          std::to_string(replicas - 1) +
                          (joins > 0 ? " and " + std::to_string(joins) + " joining (" + std::to_string(replicas) +

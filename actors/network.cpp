@@ -51,19 +51,4 @@ std::string facing_address(const std::string& host, std::uint16_t port) {
   return address;
 }
 
-std::pair<std::string, std::uint16_t> split_host_port(const std::string& text, const std::string& what) {
-  const auto colon = text.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size())
-    throw std::invalid_argument(what + " '" + text + "' is not HOST:PORT");
-  int port = -1;
-  try {
-    std::size_t used = 0;
-    port = std::stoi(text.substr(colon + 1), &used);
-    if (used != text.size() - colon - 1) port = -1;
-  } catch (const std::exception&) {
-  }
-  if (port < 0 || port > 65535) throw std::invalid_argument(what + " '" + text + "': the port is not a number from 0 to 65535");
-  return {text.substr(0, colon), static_cast<std::uint16_t>(port)};
-}
-
 }  // namespace dpactor

@@ -26,7 +26,4 @@ std::unique_ptr<caf::actor_system_config> make_network_config(std::chrono::milli
 // host cannot be resolved.
 std::string facing_address(const std::string& host, std::uint16_t port);
 
-// "host:port" split; throws std::invalid_argument naming `what` and the text.
-std::pair<std::string, std::uint16_t> split_host_port(const std::string& text, const std::string& what);
-
 }  // namespace dpactor

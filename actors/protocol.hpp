@@ -18,6 +18,7 @@
 //                       trained_event (from another process, train.record_trained)
 //   engine  -> reducer  start_atom, stop_atom, add_device_msg, remove_device_msg, inject_msg,
 //                       params_request
+//   coordinator -> reducer  node_joined_msg (a worker's devices, during training)
 //   reducer -> writer   write_checkpoint_msg (request, answered with checkpoint_written_msg)
 
 #include <cstdint>
@@ -68,6 +69,7 @@ struct paused_msg;
 struct shares_msg;
 struct inject_msg;
 struct add_device_msg;
+struct node_joined_msg;
 struct remove_device_msg;
 struct ledger_snapshot_msg;
 struct epoch_ledger_msg;
@@ -100,7 +102,9 @@ using reducer_actor = caf::typed_actor<
     caf::reacts_to<paused_msg>, caf::reacts_to<rollback_done_msg>,
     // from the engine
     caf::reacts_to<add_device_msg>, caf::reacts_to<remove_device_msg>, caf::reacts_to<inject_msg>,
-    caf::reacts_to<params_request>>;
+    caf::reacts_to<params_request>,
+    // from the coordinator actor
+    caf::reacts_to<node_joined_msg>>;
 
 using checkpoint_writer_actor = caf::typed_actor<caf::replies_to<write_checkpoint_msg>::with<checkpoint_written_msg>>;
 
@@ -515,6 +519,17 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, joined_msg& x) {
   return f(caf::meta::type_name("joined_msg"), x.refusal);
 }
+// coordinator actor -> reducer: a worker admitted while training runs. Its
+// devices, spawned in its process, join at the next step boundary as
+// Engine::add_device's do (in-process, between two actors of the coordinator).
+struct node_joined_msg {
+  std::vector<device_actor> devices;
+  std::vector<std::string> names;  // "node/cpu:0", one per device
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, node_joined_msg& x) {
+  return f(caf::meta::type_name("node_joined_msg"), x.devices, x.names);
+}
 // The rendezvous store the coordinator serves (See Note [Rendezvous store]).
 struct store_set_msg {
   std::string key;
@@ -644,4 +659,5 @@ CAF_BEGIN_TYPE_ID_BLOCK(dpactor, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(dpactor, (dpactor::store_value_msg))
   CAF_ADD_TYPE_ID(dpactor, (dpactor::abort_msg))
   CAF_ADD_TYPE_ID(dpactor, (dpactor::run_over_msg))
+  CAF_ADD_TYPE_ID(dpactor, (dpactor::node_joined_msg))
 CAF_END_TYPE_ID_BLOCK(dpactor)

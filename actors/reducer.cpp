@@ -301,6 +301,17 @@ reducer_actor::behavior_type reducer_behavior(reducer_ptr self, reducer_setup se
         st.join_replies.push_back(msg.reply);
         request_graceful_change(self);
       },
+      [self](const node_joined_msg& msg) {
+        auto& st = self->state;
+        for (std::size_t d = 0; d < msg.devices.size() && d < msg.names.size(); ++d) {
+          member_handle h{msg.devices[d], st.next_device_id++, msg.names[d], std::make_shared<device_control>()};
+          for (const auto& f : st.setup.remote_device_faults)
+            if (f.device == h.id) self->send(h.actor, inject_msg{f.text});
+          st.arrivals.push_back(std::move(h));
+          st.members->request_join();
+        }
+        request_graceful_change(self);
+      },
       [self](const remove_device_msg& msg) {
         if (!self->state.members->request_leave(msg.name)) {
           spdlog::warn("remove_device: {} is not a member", msg.name);

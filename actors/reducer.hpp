@@ -25,6 +25,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -74,6 +75,9 @@ struct reducer_setup {
   double hang_timeout_s = 0.0;  // 0 = automatic
   double first_step_timeout_s = 300.0;  // See Note [Progress-based hang detection]
   std::vector<fault_spec> membership_faults;  // leave and join specs
+  // Device faults (fail:R@S, slow:R:F, ...) for devices spawned in other
+  // processes, by their id here: sent to them as they are admitted.
+  std::vector<fault_spec> remote_device_faults;
   std::optional<std::int64_t> crash_at;       // fault spec crash:reducer@S: throw as this step commits
   std::chrono::steady_clock::time_point started;
 };
@@ -105,6 +109,7 @@ struct reducer_state {
 
   // Graceful changes and recovery.
   std::vector<std::shared_ptr<std::promise<std::string>>> join_replies;
+  std::deque<member_handle> arrivals;  // devices of workers joined while training, to admit
   std::optional<std::int64_t> pause_point;      // last step before a graceful change
   std::map<int, std::int64_t> suspend_replies;  // device id -> last step applied
   std::set<int> awaiting_suspend;               // device ids

@@ -47,18 +47,25 @@ void apply_leaves(reducer_ptr self, std::optional<int> keep = std::nullopt) {
   for (const int id : self->state.members->apply_leaves(keep)) let_go(self, id);
 }
 
-// Spawns the devices waiting to join; they adopt the state by broadcast.
+// Admits the devices waiting to join: the workers' that arrived, then new
+// ones spawned here. They adopt the state by broadcast.
 void admit_joins(reducer_ptr self) {
   auto& st = self->state;
   while (st.members->pending_joins() > 0) {
-    member_handle h = st.setup.spawn_device(st.next_device_id++);
+    member_handle h;
+    if (!st.arrivals.empty()) {
+      h = std::move(st.arrivals.front());
+      st.arrivals.pop_front();
+    } else {
+      h = st.setup.spawn_device(st.next_device_id++);
+      if (!st.join_replies.empty()) {
+        st.join_replies.front()->set_value(h.name);
+        st.join_replies.erase(st.join_replies.begin());
+      }
+    }
     self->monitor(h.actor);
     st.devices[h.id] = h;
     st.members->admit({h.id, h.name});
-    if (!st.join_replies.empty()) {
-      st.join_replies.front()->set_value(h.name);
-      st.join_replies.erase(st.join_replies.begin());
-    }
   }
 }
 

@@ -43,6 +43,11 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
+// No coordinator answered at the address within the connect timeout.
+struct unreachable : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 // How often a rank waiting for a key asks the coordinator again.
 constexpr std::chrono::milliseconds store_poll_interval{2};
 
@@ -148,33 +153,40 @@ std::string default_node_name() {
 // every actor handle it made is gone when it returns.
 worker_result serve(caf::actor_system& system, const worker_options& options) {
   const std::string node = options.node.empty() ? default_node_name() : options.node;
-  // Connect, with retries until connect_timeout (the coordinator may still be starting).
+  // Connect and ask for the job, with retries until connect_timeout: the
+  // coordinator may still be starting, and after a coordinator's loss CAF
+  // may hand out its cached handle once more before it learns of the loss
+  // (the hello to it then gets no answer: try again).
   caf::actor coordinator;
+  std::string text;
   const auto give_up = clock_type::now() + options.connect_timeout;
+  const auto hello_timeout = std::min<std::chrono::milliseconds>(
+      options.connect_timeout, std::max<std::chrono::milliseconds>(options.connection_timeout, std::chrono::seconds(1)));
   for (;;) {
-    auto found = caf::io::remote_actor<caf::actor>(system, options.host, options.port);
-    if (found) {
-      coordinator = std::move(*found);
-      break;
+    std::string why;
+    if (auto found = caf::io::remote_actor<caf::actor>(system, options.host, options.port)) {
+      std::string refusal;
+      caf::scoped_actor self{system};
+      self->request(*found, hello_timeout, hello_msg{options.version, node})
+          .receive([&](const job_msg& job) { text = job.config; },
+                   [&](const caf::error& e) { (is_lost(e) ? why : refusal) = system.render(e); });
+      if (!refusal.empty()) return {worker_result::kind::refused, refusal};
+      if (why.empty()) {
+        coordinator = std::move(*found);
+        break;
+      }
+    } else {
+      why = system.render(found.error());
     }
     if (clock_type::now() >= give_up)
-      throw std::runtime_error("cannot reach the coordinator at " + options.host + ":" + std::to_string(options.port) +
-                               ": " + system.render(found.error()));
+      throw unreachable("cannot reach the coordinator at " + options.host + ":" + std::to_string(options.port) + ": " +
+                        why);
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   const std::string facing = facing_address(options.host, options.port);
 
   job_config config;
-  std::string refusal;
-  bool lost = false;
   {
-    caf::scoped_actor self{system};
-    std::string text;
-    self->request(coordinator, options.connect_timeout, hello_msg{options.version, node})
-        .receive([&](const job_msg& job) { text = job.config; },
-                 [&](const caf::error& e) { refusal = system.render(e); lost = is_lost(e); });
-    if (lost) return {worker_result::kind::fenced, "no answer from the coordinator while joining (" + refusal + ")"};
-    if (!refusal.empty()) return {worker_result::kind::refused, refusal};
     std::vector<std::string> sets = options.sets;
     if (options.cpus) sets.push_back("cluster.cpus=" + std::to_string(*options.cpus));
     config = parse_job_config(text, "the coordinator's config", sets);
@@ -219,6 +231,8 @@ worker_result serve(caf::actor_system& system, const worker_options& options) {
     join.devices.push_back(system.spawn<caf::detached>(device_behavior, std::move(setup)));
     devices.push_back(join.devices.back().address());
   }
+  std::string refusal;
+  bool lost = false;
   {
     caf::scoped_actor self{system};
     self->request(coordinator, options.connect_timeout, join)
@@ -262,6 +276,19 @@ worker_result run_worker(const worker_options& options) {
   worker_result r;
   try {
     r = serve(*system, options);
+    // Fenced with --rejoin-timeout: join again (a restarted coordinator, or
+    // the one that removed this worker), trying for up to rejoin_timeout.
+    while (r.outcome == worker_result::kind::fenced && options.rejoin_timeout.count() > 0) {
+      if (options.on_rejoin) options.on_rejoin(r.message);
+      worker_options again = options;
+      again.connect_timeout = options.rejoin_timeout;
+      try {
+        r = serve(*system, again);
+      } catch (const unreachable& e) {
+        r = {worker_result::kind::fenced, r.message + "; then " + e.what() + " (--rejoin-timeout)"};
+        break;
+      }
+    }
   } catch (...) {
     shut_down();
     throw;

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,6 +29,10 @@ struct worker_options {
   std::vector<std::string> sets;    // overrides of the coordinator's config, data.* in particular
   std::string version;              // this program's, checked by the coordinator
   std::chrono::milliseconds connect_timeout{10'000};
+  // A fenced worker joins again, trying for this long; zero: it stays fenced.
+  std::chrono::milliseconds rejoin_timeout{0};
+  // Told each time the worker is fenced and tries to join again (the CLI logs it).
+  std::function<void(const std::string& why)> on_rejoin;
   // cluster.heartbeat_ms and cluster.connection_timeout_ms: the worker's own,
   // since it connects before it reads the job's config.
   std::chrono::milliseconds heartbeat{500};

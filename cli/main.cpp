@@ -14,6 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include "config/config_file.hpp"
+#include "config/launcher_env.hpp"
 #include "actors/engine.hpp"
 #include "train/fault_plan.hpp"
 #include "cli/exit_codes.hpp"
@@ -73,6 +74,7 @@ int run_worker_node(const cli::options& opts, cli::signal_watch& signals) {
   } catch (const std::invalid_argument& e) {
     return fail(e.what(), cli::exit_config);
   }
+  if (opts.model_unread) spdlog::info("the job's config is the coordinator's: --model {} is not read here", opts.model);
   w.node = opts.node;
   w.cpus = opts.cpus;
   w.sets = opts.sets;
@@ -85,6 +87,11 @@ int run_worker_node(const cli::options& opts, cli::signal_watch& signals) {
     return fail(e.what(), cli::exit_config);
   }
   w.version = cli::version;
+  w.rejoin_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(opts.rejoin_timeout_s * 1000));
+  w.on_rejoin = [t = opts.rejoin_timeout_s](const std::string& why) {
+    spdlog::warn("fenced: {}; this worker's devices stopped; joining again as a new member (--rejoin-timeout {} s)",
+                 why, t);
+  };
   // A signal ends a worker at once, as a lost node: the coordinator goes on
   // without its devices.
   signals.start([](int sig) {
@@ -119,6 +126,34 @@ int run(int argc, char** argv, cli::signal_watch& signals) {
     print_config_reference();
     return 0;
   }
+  if (!opts.coordinator && opts.join.empty() && !opts.print_config) {
+    // See Note [Roles from the launcher].
+    std::optional<launcher_role> role;
+    try {
+      role = role_from_environment(process_environment());
+    } catch (const config_error& e) {
+      return fail(e.what(), cli::exit_config);
+    }
+    if (role) {
+      const std::string address = role->host + ":" + std::to_string(role->port);
+      if (role->coordinator) {
+        spdlog::info("coordinating on {}, waiting for {} worker{} (from the environment: {})", address, role->workers,
+                     role->workers == 1 ? "" : "s", role->source);
+        opts.coordinator = true;
+        opts.listen = address;
+        opts.wait_workers = role->workers;
+      } else {
+        spdlog::info("joining {} (from the environment: {})", address, role->source);
+        opts.join = address;
+        opts.model_unread = true;
+      }
+      if (role->local_processes > 1 && opts.gpus != "0" && !cli::select_gpus(opts.gpus).devices.empty())
+        return fail("the launcher starts " + std::to_string(role->local_processes) +
+                        " processes on this machine (LOCAL_WORLD_SIZE) and each would drive every GPU: start one "
+                        "dpactor per machine (torchrun --nproc-per-node 1), or give each its GPUs with --gpus",
+                    cli::exit_config);
+    }
+  }
   if (!opts.join.empty()) return run_worker_node(opts, signals);
 
   job_config config;
@@ -138,6 +173,14 @@ int run(int argc, char** argv, cli::signal_watch& signals) {
     return 0;
   }
 
+  // --resume latest: the newest checkpoint of the run's own checkpoint
+  // directory (a directory named "latest" is ./latest).
+  if (opts.resume == "latest") {
+    if (config.train.checkpoint_dir.empty())
+      return fail("--resume latest: this run has no checkpoint directory (--checkpoint-dir, train.checkpoint_dir)",
+                  cli::exit_config);
+    opts.resume = config.train.checkpoint_dir;
+  }
   // Before anything is opened for writing: the metrics file would truncate an input it names.
   if (!opts.metrics.empty()) cli::refuse_metrics_on_inputs(opts.metrics, cli::run_inputs(opts, config));
 
@@ -153,6 +196,7 @@ int run(int argc, char** argv, cli::signal_watch& signals) {
       return fail(e.what(), cli::exit_config);
     }
     c.wait_devices = opts.wait_devices;
+    c.wait_workers = opts.wait_workers;
     c.version = cli::version;
     // The first line of the output (docs/distributed.md).
     c.on_listening = [](const std::string& address) {

@@ -37,7 +37,9 @@ std::optional<int> parse_options(int argc, char** argv, options& out) {
       ->take_all();
   app.add_option("--checkpoint-dir", checkpoint_dir, "Override train.checkpoint_dir")->type_name("DIR");
   app.add_option("--checkpoint-every", checkpoint_every, "Override train.checkpoint_every")->type_name("STEPS");
-  app.add_option("--resume", out.resume, "Continue from a checkpoint directory (or a root holding 'latest')")
+  app.add_option("--resume", out.resume,
+                 "Continue from a checkpoint directory (or a root holding 'latest'); 'latest': the newest checkpoint "
+                 "of this run's checkpoint directory")
       ->type_name("DIR");
   app.add_option("--init-from", out.init_from, "Start from the weights in a model.safetensors file")->type_name("FILE");
   app.add_option("--metrics", out.metrics, "Write step, epoch, membership and summary records as JSON Lines")
@@ -61,6 +63,11 @@ std::optional<int> parse_options(int argc, char** argv, options& out) {
                    ->type_name("HOST:PORT");
   app.add_option("--node", out.node, "With --join: this node's name in messages (default: host name and pid)")
       ->type_name("NAME");
+  app.add_option("--rejoin-timeout", out.rejoin_timeout_s,
+                 "With --join: a fenced worker (the coordinator lost, or this worker removed) joins again as a new "
+                 "member, trying for up to this many seconds, instead of exiting (default 0: it exits)")
+      ->type_name("SECONDS")
+      ->check(CLI::Range(0.0, 7.0 * 24 * 3600));
   join->excludes(coordinator);
   app.set_version_flag("--version", std::string("dpactor ") + version);
   try {

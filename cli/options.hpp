@@ -30,6 +30,9 @@ struct options {
   int wait_devices = 0;                   // --wait-devices N
   std::string join;                       // --join HOST:PORT: run as a worker
   std::string node;                       // --node NAME
+  int wait_workers = 0;                   // from the launcher's environment
+  bool model_unread = false;              // a worker from the environment: --model is the coordinator's
+  double rejoin_timeout_s = 0;            // --rejoin-timeout SECONDS: 0, fenced for good
 };
 
 // Parses argv. Returns the exit code to end with when parsing ends the program

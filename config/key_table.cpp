@@ -295,8 +295,9 @@ const std::vector<key_spec>& keys() {
                                "which AdamW's bias correction reads, moves on).");
     b.boolean("record_trained", [](job_config& c) -> bool& { return c.train.record_trained; },
               "Audit: every device reports, for every step it applied, how many samples it trained and a digest "
-              "of their indices (\"trained\" events and metrics records), so that exactly-once can be checked "
-              "from outside the engine.");
+              "of their indices, with a checksum of the state it carried into the step (\"trained\" events and "
+              "metrics records), so that exactly-once and identical replicas can be checked from outside the "
+              "engine.");
 
     b.section = "cluster";
     b.keys.push_back({"cluster", "gpus", "array of integers",

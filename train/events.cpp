@@ -40,7 +40,7 @@ json to_json(const checkpoint_event& e) { return {{"event", "checkpoint"}, {"ste
 
 json to_json(const trained_event& e) {
   return {{"event", "trained"}, {"device", e.device}, {"step", e.step + 1},   {"epoch", e.epoch},
-          {"samples", e.samples}, {"digest", e.digest}};
+          {"samples", e.samples}, {"digest", e.digest}, {"carried", e.carried}};
 }
 
 }  // namespace

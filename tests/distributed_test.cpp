@@ -148,6 +148,44 @@ TEST(Distributed, AKilledWorkerIsLeftOutOfTheNextGenerationAndTheRunFinishes) {
   EXPECT_NE(c.output.find("(600 steps"), std::string::npos) << "the run must train all its steps: " << c.output;
 }
 
+TEST(Distributed, AWorkerKilledDuringTheRendezvousIsLeftOutAndTheGenerationReformsWithinTheConnectionTimeoutAndASecond) {
+  scratch_dir dir;
+  const std::vector<std::string> fast = {"--set", "cluster.heartbeat_ms=100", "--set", "cluster.connection_timeout_ms=500"};
+  std::unique_ptr<cli_process> coordinator;
+  fs::create_directories(dir.path() / "coordinator");
+  std::vector<std::string> args = {"--cpus", "1", "--wait-devices", "3", "--set", "train.max_steps=300"};
+  args.insert(args.end(), fast.begin(), fast.end());
+  const std::string port = start_coordinator(coordinator, dir.path() / "coordinator", args);
+  ASSERT_FALSE(port.empty()) << coordinator->output_so_far();
+  auto a = start_worker(dir.path() / "a", port, "A", 1, fast);
+  ASSERT_TRUE(eventually([&] { return coordinator->output_so_far().find("node A joined") != std::string::npos; }, 60s))
+      << coordinator->output_so_far();
+  auto b = start_worker(dir.path() / "b", port, "B", 1, fast);
+  // B is frozen the moment it is admitted: the first generation forms with
+  // it, and the others wait for it in the Gloo rendezvous; then it dies.
+  ASSERT_TRUE(eventually([&] { return coordinator->output_so_far().find("node B joined") != std::string::npos; }, 60s))
+      << coordinator->output_so_far();
+  b->signal(SIGSTOP);
+  const auto stopped = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(200ms);
+  b->signal(SIGKILL);
+  ASSERT_TRUE(eventually([&] { return coordinator->output_so_far().find("generation 1") != std::string::npos; }, 30s))
+      << coordinator->output_so_far();
+  const auto reformed_after = std::chrono::steady_clock::now() - stopped;
+  std::printf("the generation re-formed %.0f ms after the worker froze in the rendezvous\n",
+              std::chrono::duration<double, std::milli>(reformed_after).count());
+  const auto c = coordinator->wait(120s);
+  const auto wa = a->wait(60s);
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  EXPECT_EQ(wa.exit_code, 0) << wa.output;
+  EXPECT_NE(c.output.find("generation 0: 3 members (cpu:0, A/cpu:0, B/cpu:0)"), std::string::npos) << c.output;
+  EXPECT_TRUE(std::regex_search(c.output, std::regex("generation 1 from step 1: 2 members \\(cpu:0, A/cpu:0\\);[^\\n]*B/cpu:0")))
+      << c.output;
+  EXPECT_NE(c.output.find("(300 steps"), std::string::npos) << c.output;
+  // Issue 12: no wait beyond the connection timeout (500 ms) plus a second.
+  EXPECT_LT(reformed_after, 1500ms) << c.output;
+}
+
 TEST(Distributed, AWorkerThatLosesItsCoordinatorIsFencedWithItsOwnExitCode) {
   scratch_dir dir;
   std::unique_ptr<cli_process> coordinator;

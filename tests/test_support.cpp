@@ -6,6 +6,8 @@
 
 #include <cmath>
 
+#include <fcntl.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -108,8 +110,10 @@ std::string read_text(const fs::path& path) {
   return s.str();
 }
 
-cli_process::cli_process(const std::vector<std::string>& args, const fs::path& cwd, const environment_changes& env)
+cli_process::cli_process(const std::vector<std::string>& args, const fs::path& cwd, const environment_changes& env,
+                         const std::string& netns)
     : log_(cwd / ".cli-output") {
+  const std::string netns_path = netns.empty() ? "" : "/run/netns/" + netns;
   std::vector<std::string> argv_store{DPACTOR_CLI};
   argv_store.insert(argv_store.end(), args.begin(), args.end());
   std::vector<std::string> env_store;
@@ -124,6 +128,10 @@ cli_process::cli_process(const std::vector<std::string>& args, const fs::path& c
   pid_ = ::fork();
   if (pid_ < 0) throw std::runtime_error("fork failed");
   if (pid_ == 0) {
+    if (!netns_path.empty()) {
+      const int fd = ::open(netns_path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0 || ::setns(fd, CLONE_NEWNET) != 0) ::_exit(125);
+    }
     if (::chdir(cwd.c_str()) != 0) ::_exit(126);
     std::FILE* f = std::fopen(log_.c_str(), "w");
     if (f == nullptr) ::_exit(126);

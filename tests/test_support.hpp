@@ -59,8 +59,9 @@ using environment_changes = std::vector<std::pair<std::string, std::optional<std
 // The dpactor program running as a child process, output to a file.
 class cli_process {
  public:
+  // `netns`: the name of a network namespace (ip netns) to run it in.
   cli_process(const std::vector<std::string>& args, const std::filesystem::path& cwd,
-              const environment_changes& env = {});
+              const environment_changes& env = {}, const std::string& netns = "");
   ~cli_process();  // kills the child if it still runs
   void signal(int sig);
   // The exit; a child still running after `limit` is killed (exit code 137)

@@ -5,8 +5,10 @@
 #include <thread>
 
 #include <caf/io/all.hpp>
+#include <caf/openssl/all.hpp>
 #include <spdlog/spdlog.h>
 
+#include "actors/tls.hpp"
 #include "comms/gloo.hpp"
 #include "config/config_file.hpp"
 #include "config/job_identity.hpp"
@@ -120,13 +122,16 @@ coordinator_start start_coordinator(caf::actor_system& system, const coordinator
     book->early.clear();
   };
   out.actor = system.spawn(coordinator_behavior, std::move(setup));
-  auto port = caf::io::publish(out.actor, options.port, options.host.c_str(), true);
+  const bool tls = tls_enabled(config.cluster.tls, options.host);
+  auto port = tls ? caf::openssl::publish(out.actor, options.port, options.host.c_str(), true)
+                  : caf::io::publish(out.actor, options.port, options.host.c_str(), true);
   if (!port) {
     caf::anon_send_exit(out.actor, caf::exit_reason::user_shutdown);
     throw config_error("cannot listen on " + options.host + ":" + std::to_string(options.port) + ": " +
                        system.render(port.error()));
   }
   if (options.on_listening) options.on_listening(options.host + ":" + std::to_string(*port));
+  if (tls) spdlog::info("mutual TLS on the control plane (cluster.tls.*); Gloo's traffic is not encrypted");
   std::unique_lock lock(book->mutex);
   while (local_devices + book->devices < options.wait_devices ||
          static_cast<int>(book->joins.size()) < options.wait_workers) {

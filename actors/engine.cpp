@@ -16,6 +16,7 @@
 #include "actors/coordinator.hpp"
 #include "config/job_identity.hpp"
 #include "actors/network.hpp"
+#include "actors/tls.hpp"
 #endif
 #include "actors/launch.hpp"
 #include "actors/protocol.hpp"
@@ -195,6 +196,13 @@ void Engine::start() {
 #if DPACTOR_HAS_GLOO
     cfg = make_network_config(std::chrono::milliseconds(config.cluster.heartbeat_ms),
                               std::chrono::milliseconds(config.cluster.connection_timeout_ms));
+    if (const std::string& host = m.options.coordinator->host; tls_enabled(config.cluster.tls, host)) {
+      check_tls_files(config.cluster.tls, config.cluster.tls.mode == tls_mode::on
+                                              ? "cluster.tls.mode = \"on\""
+                                              : "the coordinator listens on " + host +
+                                                    ", not a loopback address, so TLS is on (cluster.tls.mode = \"auto\")");
+      use_tls(*cfg, config.cluster.tls);
+    }
 #else
     throw config_error("this build of dpactor has no Gloo backend, which a coordinator needs (apt-get install "
                        "libgloo-dev, then build again)");

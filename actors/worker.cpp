@@ -12,11 +12,13 @@
 #include <thread>
 
 #include <caf/io/all.hpp>
+#include <caf/openssl/all.hpp>
 #include <spdlog/spdlog.h>
 
 #include "actors/device.hpp"
 #include "actors/launch.hpp"
 #include "actors/network.hpp"
+#include "actors/tls.hpp"
 #include "comms/gloo.hpp"
 #include "config/config_file.hpp"
 #include "config/job_identity.hpp"
@@ -151,7 +153,7 @@ std::string default_node_name() {
 
 // Joins with this node's devices and serves them until the run is over;
 // every actor handle it made is gone when it returns.
-worker_result serve(caf::actor_system& system, const worker_options& options) {
+worker_result serve(caf::actor_system& system, const worker_options& options, bool tls) {
   const std::string node = options.node.empty() ? default_node_name() : options.node;
   // Connect and ask for the job, with retries until connect_timeout: the
   // coordinator may still be starting, and after a coordinator's loss CAF
@@ -164,7 +166,9 @@ worker_result serve(caf::actor_system& system, const worker_options& options) {
       options.connect_timeout, std::max<std::chrono::milliseconds>(options.connection_timeout, std::chrono::seconds(1)));
   for (;;) {
     std::string why;
-    if (auto found = caf::io::remote_actor<caf::actor>(system, options.host, options.port)) {
+    auto found = tls ? caf::openssl::remote_actor<caf::actor>(system, options.host, options.port)
+                     : caf::io::remote_actor<caf::actor>(system, options.host, options.port);
+    if (found) {
       std::string refusal;
       caf::scoped_actor self{system};
       self->request(*found, hello_timeout, hello_msg{options.version, node})
@@ -177,6 +181,13 @@ worker_result serve(caf::actor_system& system, const worker_options& options) {
       }
     } else {
       why = system.render(found.error());
+      // A TLS refusal (either way) is an answer: no retry changes it.
+      if (std::string refused = take_last_tls_refusal(); !refused.empty()) return {worker_result::kind::refused, refused};
+      if (!tls && found.error() == caf::sec::disconnect_during_handshake)
+        return {worker_result::kind::refused,
+                "the coordinator at " + options.host + ":" + std::to_string(options.port) +
+                    " closed the connection during the handshake: it may require TLS (cluster.tls.*) or run another "
+                    "version of dpactor"};
     }
     if (clock_type::now() >= give_up)
       throw unreachable("cannot reach the coordinator at " + options.host + ":" + std::to_string(options.port) + ": " +
@@ -258,7 +269,14 @@ worker_result serve(caf::actor_system& system, const worker_options& options) {
 }  // namespace
 
 worker_result run_worker(const worker_options& options) {
+  const bool tls = tls_enabled(options.tls, options.host);
+  if (tls)
+    check_tls_files(options.tls, options.tls.mode == tls_mode::on
+                                     ? "cluster.tls.mode = \"on\""
+                                     : "the coordinator at " + options.host +
+                                           " is not a loopback address, so TLS is on (cluster.tls.mode = \"auto\")");
   auto* cfg = make_network_config(options.heartbeat, options.connection_timeout).release();
+  if (tls) use_tls(*cfg, options.tls);
   auto* system = new caf::actor_system{*cfg};
   // Devices the coordinator still knows (a refused join, while it runs on)
   // stay referenced by the connection to it, which CAF closes only when the
@@ -275,7 +293,7 @@ worker_result run_worker(const worker_options& options) {
   };
   worker_result r;
   try {
-    r = serve(*system, options);
+    r = serve(*system, options, tls);
     // Fenced with --rejoin-timeout: join again (a restarted coordinator, or
     // the one that removed this worker), trying for up to rejoin_timeout.
     while (r.outcome == worker_result::kind::fenced && options.rejoin_timeout.count() > 0) {
@@ -283,7 +301,7 @@ worker_result run_worker(const worker_options& options) {
       worker_options again = options;
       again.connect_timeout = options.rejoin_timeout;
       try {
-        r = serve(*system, again);
+        r = serve(*system, again, tls);
       } catch (const unreachable& e) {
         r = {worker_result::kind::fenced, r.message + "; then " + e.what() + " (--rejoin-timeout)"};
         break;

@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "config/job_config.hpp"
+
 namespace dpactor {
 
 struct worker_options {
@@ -37,6 +39,7 @@ struct worker_options {
   // since it connects before it reads the job's config.
   std::chrono::milliseconds heartbeat{500};
   std::chrono::milliseconds connection_timeout{5'000};
+  tls_config tls;  // cluster.tls.*, the worker's own
 };
 
 struct worker_result {

@@ -83,6 +83,7 @@ int run_worker_node(const cli::options& opts, cli::signal_watch& signals) {
     const job_config own = parse_job_config("", "--set", opts.sets);
     w.heartbeat = std::chrono::milliseconds(own.cluster.heartbeat_ms);
     w.connection_timeout = std::chrono::milliseconds(own.cluster.connection_timeout_ms);
+    w.tls = own.cluster.tls;
   } catch (const std::invalid_argument& e) {
     return fail(e.what(), cli::exit_config);
   }

@@ -47,6 +47,29 @@ bool known_section(const std::string& name) {
   return std::any_of(keys().begin(), keys().end(), [&](const key_spec& k) { return k.section == name; });
 }
 
+// Whether some key's name goes on under `prefix` ("cluster.tls." for cluster.tls.ca).
+bool known_table(const std::string& prefix) {
+  return std::any_of(keys().begin(), keys().end(),
+                     [&](const key_spec& k) { return (k.section + "." + k.name).rfind(prefix, 0) == 0; });
+}
+
+// The keys of `table`, named under `prefix`; a table inside it is a group of
+// keys ([cluster.tls], or cluster.tls.ca = ... in [cluster]).
+void apply_keys(job_config& config, const std::string& prefix, const toml::table& table) {
+  for (const auto& [key_key, value] : table) {
+    const std::string key = prefix + "." + std::string(key_key.str());
+    const auto it = std::find_if(keys().begin(), keys().end(),
+                                 [&](const key_spec& k) { return k.section + "." + k.name == key; });
+    if (it != keys().end()) {
+      it->read(config, value, key);
+    } else if (value.is_table() && known_table(key + ".")) {
+      apply_keys(config, key, *value.as_table());
+    } else {
+      fail_at(value, key, "unknown key" + suggestion(key));
+    }
+  }
+}
+
 void apply_table(job_config& config, const toml::table& root) {
   for (const auto& [section_key, section_node] : root) {
     const std::string section(section_key.str());
@@ -54,13 +77,7 @@ void apply_table(job_config& config, const toml::table& root) {
       fail_at(section_node, section, "unknown section [" + section + "]; sections are model, data, optimizer, train, cluster, straggler, precision, faults");
     const toml::table* table = section_node.as_table();
     if (table == nullptr) fail_at(section_node, section, "expected a table [" + section + "], found " + type_name(section_node));
-    for (const auto& [key_key, value] : *table) {
-      const std::string key = section + "." + std::string(key_key.str());
-      const auto it = std::find_if(keys().begin(), keys().end(),
-                                   [&](const key_spec& k) { return k.section + "." + k.name == key; });
-      if (it == keys().end()) fail_at(value, key, "unknown key" + suggestion(key));
-      it->read(config, value, key);
-    }
+    apply_keys(config, section, *table);
   }
 }
 
@@ -85,12 +102,20 @@ void apply_override(toml::table& root, const std::string& assignment) {
       throw config_error(origin + ": the value is neither a TOML value nor a string: " + std::string(e.description()));
     }
   }
-  toml::table* target = root[section].as_table();
-  if (target == nullptr) {
-    root.insert_or_assign(section, toml::table{});
-    target = root[section].as_table();
+  // A dotted key ("tls.ca") goes into the tables it names.
+  toml::table* target = &root;
+  std::string rest = section + "." + key;
+  for (auto next = rest.find('.'); next != std::string::npos; next = rest.find('.')) {
+    const std::string part = rest.substr(0, next);
+    rest = rest.substr(next + 1);
+    toml::table* inner = (*target)[part].as_table();
+    if (inner == nullptr) {
+      target->insert_or_assign(part, toml::table{});
+      inner = (*target)[part].as_table();
+    }
+    target = inner;
   }
-  target->insert_or_assign(key, std::move(*parsed.get("v")));
+  target->insert_or_assign(rest, std::move(*parsed.get("v")));
 }
 
 }  // namespace

@@ -52,6 +52,16 @@ struct schedule_config {
 // (resident), or in host memory, copied per micro-batch (streamed).
 enum class gpu_data_placement { automatic, resident, streamed };
 
+// Mutual TLS for the control plane between processes (docs/distributed.md,
+// "TLS"): every process proves itself with a certificate signed by the CA.
+enum class tls_mode { automatic, on, off };  // automatic: on unless the coordinator's address is loopback
+struct tls_config {
+  tls_mode mode = tls_mode::automatic;
+  std::string ca;           // PEM file: the CA that signs every process's certificate
+  std::string certificate;  // PEM file: this process's certificate (chain)
+  std::string key;          // PEM file: its private key
+};
+
 struct cluster_config {
   std::vector<int> gpus;         // CUDA devices, one replica each; empty = CPU replicas
   std::int64_t cpus = 0;         // CPU replicas; 0 = number of cores
@@ -64,6 +74,7 @@ struct cluster_config {
   // how long a silent peer is kept before it is dropped (a lost node).
   std::int64_t heartbeat_ms = 500;
   std::int64_t connection_timeout_ms = 5000;
+  tls_config tls;
   double bucket_cap_mb = 25.0;    // gradient buckets on GPUs (See Note [Gradient buckets])
   double first_bucket_mb = 1.0;
   gpu_data_placement gpu_data = gpu_data_placement::automatic;

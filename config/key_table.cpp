@@ -346,6 +346,19 @@ const std::vector<key_spec>& keys() {
               "devices, a worker that no longer hears the coordinator is fenced. Several heartbeats long; keep it "
               "above 1 s on real networks.",
               3'600'000);
+    b.choice<tls_mode>("tls.mode", [](job_config& c) -> tls_mode& { return c.cluster.tls.mode; },
+                       {{"auto", tls_mode::automatic}, {"on", tls_mode::on}, {"off", tls_mode::off}},
+                       "Several processes: mutual TLS on the control plane (CAF's OpenSSL module). auto: on whenever "
+                       "the coordinator's address is not loopback. on needs cluster.tls.ca, .certificate and .key "
+                       "on every process; a peer without a certificate from that CA is refused. Gloo's gradient "
+                       "traffic is never encrypted: it needs a trusted network. Each process takes its own --set "
+                       "values of cluster.tls.*.");
+    b.string("tls.ca", [](job_config& c) -> std::string& { return c.cluster.tls.ca; },
+             "Several processes, TLS: the CA certificate (PEM) that signed every process's certificate.");
+    b.string("tls.certificate", [](job_config& c) -> std::string& { return c.cluster.tls.certificate; },
+             "Several processes, TLS: this process's certificate (PEM, with its chain).");
+    b.string("tls.key", [](job_config& c) -> std::string& { return c.cluster.tls.key; },
+             "Several processes, TLS: this process's private key (PEM, unencrypted).");
     b.floating("bucket_cap_mb", [](job_config& c) -> double& { return c.cluster.bucket_cap_mb; }, 0.0, true,
                "GPUs: gradient bucket size in MiB; buckets are reduced while backward still runs (DDP's "
                "bucket_cap_mb).", max_bucket_mb);

@@ -5,8 +5,13 @@
 // a worker that loses its coordinator is fenced. Each process runs in its
 // own directory (cli_process logs to the working directory).
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <openssl/ssl.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -458,6 +463,130 @@ TEST(Distributed, AWorkerWithAnotherConfigOrOtherDataIsRefusedNamingTheDifferenc
   EXPECT_NE(c.output.find("refused node lr: its config differs"), std::string::npos) << c.output;
   EXPECT_NE(c.output.find("refused node synthetic: its data differs"), std::string::npos) << c.output;
   EXPECT_NE(c.output.find("generation 0: 2 members (cpu:0, good/cpu:0)"), std::string::npos) << c.output;
+}
+
+const std::string tls_dir = std::string(DPACTOR_SOURCE_DIR) + "/tests/data/tls/";
+
+// cluster.tls.* for a process holding `name`.pem and .key, trusting `ca`.pem.
+std::vector<std::string> tls_args(const std::string& name, const std::string& ca = "ca") {
+  return {"--set", "cluster.tls.mode=on", "--set", "cluster.tls.ca=" + tls_dir + ca + ".pem",
+          "--set", "cluster.tls.certificate=" + tls_dir + name + ".pem", "--set", "cluster.tls.key=" + tls_dir + name + ".key"};
+}
+
+// A TLS handshake with the coordinator on 127.0.0.1:`port` by a peer that
+// trusts the test CA and presents `name`.pem (nothing when empty), then one
+// read, on which a TLS 1.3 server's refusal of the client's certificate
+// arrives. Returns whether the connection was still open after it.
+bool tls_peer_handshake(const std::string& port, const std::string& name) {
+  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  SSL_CTX_load_verify_locations(ctx, (tls_dir + "ca.pem").c_str(), nullptr);
+  SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
+  if (!name.empty()) {
+    SSL_CTX_use_certificate_chain_file(ctx, (tls_dir + name + ".pem").c_str());
+    SSL_CTX_use_PrivateKey_file(ctx, (tls_dir + name + ".key").c_str(), SSL_FILETYPE_PEM);
+  }
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(std::stoi(port)));
+  ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  timeval timeout{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  bool open = false;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    SSL* ssl = SSL_new(ctx);
+    SSL_set_fd(ssl, fd);
+    if (SSL_connect(ssl) == 1) {
+      char byte = 0;
+      open = SSL_read(ssl, &byte, 1) > 0;
+    }
+    SSL_free(ssl);
+  }
+  ::close(fd);
+  SSL_CTX_free(ctx);
+  return open;
+}
+
+std::size_t count(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST(Distributed, UnderMutualTlsOnlyPeersCertifiedByTheCaJoinAndEveryRefusalIsClearOnBothSides) {
+  scratch_dir dir;
+  std::unique_ptr<cli_process> coordinator;
+  fs::create_directories(dir.path() / "coordinator");
+  std::vector<std::string> args = {"--cpus", "1", "--wait-devices", "2", "--set", "train.max_steps=300"};
+  const auto own = tls_args("coordinator");
+  args.insert(args.end(), own.begin(), own.end());
+  const std::string port = start_coordinator(coordinator, dir.path() / "coordinator", args);
+  ASSERT_FALSE(port.empty()) << coordinator->output_so_far();
+
+  // A worker of another CA: it refuses the coordinator, and says so; the
+  // coordinator learns that the peer ended the handshake.
+  auto rogue = start_worker(dir.path() / "rogue", port, "rogue", 1, tls_args("rogue", "rogue-ca"));
+  const auto wr = rogue->wait(60s);
+  EXPECT_EQ(wr.exit_code, 7) << wr.output;
+  EXPECT_NE(wr.output.find("refused the TLS certificate of the coordinator at 127.0.0.1:" + port + ": unknown CA"),
+            std::string::npos) << wr.output;
+  // Peers that trust the coordinator but hold no certificate from its CA,
+  // or none at all: the coordinator refuses them, naming the reason.
+  EXPECT_FALSE(tls_peer_handshake(port, "rogue"));
+  EXPECT_FALSE(tls_peer_handshake(port, ""));
+  // A worker without TLS: the coordinator closes the connection, the worker
+  // says it may need TLS.
+  auto plain = start_worker(dir.path() / "plain", port, "plain", 1, {"--set", "cluster.tls.mode=off"});
+  const auto wp = plain->wait(60s);
+  EXPECT_EQ(wp.exit_code, 7) << wp.output;
+  EXPECT_NE(wp.output.find("closed the connection during the handshake: it may require TLS"), std::string::npos) << wp.output;
+
+  // None of them changed the job: it still waits for its second device,
+  // and trains with a certified worker.
+  EXPECT_EQ(coordinator->output_so_far().find("generation 0"), std::string::npos) << coordinator->output_so_far();
+  auto good = start_worker(dir.path() / "good", port, "good", 1, tls_args("worker"));
+  const auto g = good->wait(120s);
+  const auto c = coordinator->wait(120s);
+  EXPECT_EQ(g.exit_code, 0) << g.output;
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  EXPECT_NE(c.output.find("mutual TLS on the control plane"), std::string::npos) << c.output;
+  EXPECT_NE(c.output.find("ended the handshake: unknown CA"), std::string::npos) << c.output;
+  EXPECT_TRUE(std::regex_search(c.output, std::regex("refused a TLS peer at 127\\.0\\.0\\.1:[0-9]+: unknown CA \\(unable to "
+                                                     "get local issuer certificate, certificate /CN=rogue worker\\)")))
+      << c.output;
+  EXPECT_TRUE(std::regex_search(c.output, std::regex("refused a TLS peer at 127\\.0\\.0\\.1:[0-9]+: certificate required")))
+      << c.output;
+  EXPECT_EQ(count(c.output, "refused a TLS peer"), 2U) << "only the two refusals: " << c.output;
+  EXPECT_EQ(count(g.output, "TLS"), 0U) << "a certified worker sees no TLS error: " << g.output;
+  EXPECT_NE(c.output.find("generation 0: 2 members (cpu:0, good/cpu:0)"), std::string::npos) << c.output;
+  EXPECT_EQ(c.output.find("generation 1"), std::string::npos) << c.output;
+}
+
+TEST(Distributed, TlsWithoutItsFilesOrWithAKeyOfAnotherCertificateIsAConfigErrorBeforeAnythingListens) {
+  scratch_dir dir;
+  const auto r = testing::run_cli({"--coordinator", "--model", mlp_cfg, "--gpus", "0", "--cpus", "1", "--listen",
+                                   "127.0.0.1:0", "--set", "cluster.tls.mode=on", "--set",
+                                   "cluster.tls.ca=" + tls_dir + "ca.pem"},
+                                  dir.path());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("cluster.tls.mode = \"on\", which needs cluster.tls.ca, cluster.tls.certificate and "
+                          "cluster.tls.key; cluster.tls.certificate, cluster.tls.key not set"),
+            std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("listening on"), std::string::npos) << r.output;
+  auto mixed = tls_args("worker");
+  mixed.back() = "cluster.tls.key=" + tls_dir + "coordinator.key";
+  std::vector<std::string> w = {"--join", "127.0.0.1:1"};
+  w.insert(w.end(), mixed.begin(), mixed.end());
+  const auto wr = testing::run_cli(w, dir.path());
+  EXPECT_EQ(wr.exit_code, 2) << wr.output;
+  EXPECT_NE(wr.output.find("coordinator.key: does not belong to cluster.tls.certificate = " + tls_dir + "worker.pem"),
+            std::string::npos) << wr.output;
+  auto foreign = tls_args("rogue");  // the test CA did not sign it
+  w = {"--join", "127.0.0.1:1"};
+  w.insert(w.end(), foreign.begin(), foreign.end());
+  const auto wf = testing::run_cli(w, dir.path());
+  EXPECT_EQ(wf.exit_code, 2) << wf.output;
+  EXPECT_NE(wf.output.find("rogue.pem: does not pass the check against cluster.tls.ca"), std::string::npos) << wf.output;
 }
 
 TEST(Distributed, AWorkerTakesNoModelAndAMalformedAddressIsAUsageError) {

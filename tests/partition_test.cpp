@@ -2,7 +2,8 @@
 // each in a network namespace this test makes, joined by a veth pair; the
 // worker's side is cut off with nftables mid-training. The coordinator's side
 // goes on without it; the cut-off worker fences itself (See Note [A worker
-// never trains alone]). Nothing listens outside these namespaces. Skips, with
+// never trains alone]). Off loopback, the control plane is under mutual TLS
+// by default (the test certificates of tests/data/tls). Nothing listens outside these namespaces. Skips, with
 // the reason, where namespaces or nftables are not available (not root, no
 // iproute2 or nftables, a container without CAP_NET_ADMIN).
 
@@ -28,6 +29,13 @@ using testing::eventually;
 using testing::scratch_dir;
 
 const std::string mlp_cfg = std::string(DPACTOR_SOURCE_DIR) + "/configs/mlp.cfg";
+const std::string tls_dir = std::string(DPACTOR_SOURCE_DIR) + "/tests/data/tls/";
+
+// cluster.tls.* files, mode left at auto: 10.77.0.1 is not loopback, so TLS is on.
+std::vector<std::string> tls_files(const std::string& name) {
+  return {"--set", "cluster.tls.ca=" + tls_dir + "ca.pem", "--set", "cluster.tls.certificate=" + tls_dir + name + ".pem",
+          "--set", "cluster.tls.key=" + tls_dir + name + ".key"};
+}
 
 bool run(const std::string& command) { return std::system((command + " >/dev/null 2>&1").c_str()) == 0; }
 
@@ -92,6 +100,8 @@ TEST(Partition, TheCoordinatorsSideGoesOnAndTheCutOffWorkerFences) {
                                     "--gpus",        "0",       "--cpus",          "1",        "--wait-devices",
                                     "2",             "--set",   "train.max_steps=1000"};
   cargs.insert(cargs.end(), fast.begin(), fast.end());
+  const auto ctls = tls_files("coordinator");
+  cargs.insert(cargs.end(), ctls.begin(), ctls.end());
   cli_process coordinator(cargs, dir.path() / "c", {}, ns.a());
   std::string port;
   const std::regex listening("listening on 10\\.77\\.0\\.1:([0-9]+)");
@@ -104,6 +114,8 @@ TEST(Partition, TheCoordinatorsSideGoesOnAndTheCutOffWorkerFences) {
   }, 30s)) << coordinator.output_so_far();
   std::vector<std::string> wargs = {"--join", "10.77.0.1:" + port, "--node", "B", "--cpus", "1"};
   wargs.insert(wargs.end(), fast.begin(), fast.end());
+  const auto wtls = tls_files("worker");
+  wargs.insert(wargs.end(), wtls.begin(), wtls.end());
   cli_process worker(wargs, dir.path() / "w", {}, ns.b());
   ASSERT_TRUE(eventually([&] { return coordinator.output_so_far().find("generation 0: 2 members") != std::string::npos; }, 60s))
       << coordinator.output_so_far() << worker.output_so_far();
@@ -119,6 +131,8 @@ TEST(Partition, TheCoordinatorsSideGoesOnAndTheCutOffWorkerFences) {
   const auto fenced_after = std::chrono::steady_clock::now() - cut;
   const auto c = coordinator.wait(120s);
   ASSERT_EQ(c.exit_code, 0) << c.output;
+  EXPECT_NE(c.output.find("mutual TLS on the control plane"), std::string::npos)
+      << "TLS is on by default off loopback: " << c.output;
   EXPECT_NE(c.output.find("generation 1 from step"), std::string::npos) << c.output;
   EXPECT_NE(c.output.find("1 members (cpu:0)"), std::string::npos) << c.output;
   EXPECT_NE(c.output.find("(1000 steps"), std::string::npos) << "the coordinator's side trains every step: " << c.output;

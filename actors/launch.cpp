@@ -76,10 +76,16 @@ launch_plan prepare_launch(const job_config& config, const run_options& options,
                                           (joins > 1 ? " to " + std::to_string(replicas + joins - 1) : "") + ")"
                                     : "") +
                          " (--cpus, --gpus, cluster.cpus)");
-  if (config.cluster.min_devices > replicas)
+  // A coordinator starts with at least the devices it waits for.
+  const int starting = options.coordinator ? std::max({replicas, options.coordinator->wait_devices,
+                                                       replicas + options.coordinator->wait_workers})
+                                           : replicas;
+  if (config.cluster.min_devices > starting)
     throw config_error(config.source + ": cluster.min_devices = " + std::to_string(config.cluster.min_devices) +
-                       " but the run starts with " + std::to_string(replicas) + " replica" + (replicas == 1 ? "" : "s") +
-                       " (--cpus, --gpus, cluster.cpus): it could never train");
+                       " but the run starts with " + std::to_string(starting) + (options.coordinator ? " device" : " replica") +
+                       (starting == 1 ? "" : "s") +
+                       (options.coordinator ? " (its own and --wait-devices)" : " (--cpus, --gpus, cluster.cpus)") +
+                       ": it could never train");
   plan.data = load_data(config.data, config.model.inputs(), config.model.outputs());
   plan.replicas = replicas;
   // A reproducible run pins one thread per replica (See Note [Summation tree]).

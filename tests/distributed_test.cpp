@@ -191,6 +191,30 @@ TEST(Distributed, AWorkerKilledDuringTheRendezvousIsLeftOutAndTheGenerationRefor
   EXPECT_LT(reformed_after, 1500ms) << c.output;
 }
 
+TEST(Distributed, BelowMinDevicesEveryProcessStopsWithAClearErrorAfterACheckpoint) {
+  scratch_dir dir;
+  std::unique_ptr<cli_process> coordinator;
+  fs::create_directories(dir.path() / "coordinator");
+  const std::string port = start_coordinator(
+      coordinator, dir.path() / "coordinator",
+      {"--cpus", "1", "--wait-devices", "3", "--set", "cluster.min_devices=3", "--set", "train.max_steps=3000",
+       "--checkpoint-dir", (dir.path() / "ck").string()});
+  ASSERT_FALSE(port.empty()) << coordinator->output_so_far();
+  auto a = start_worker(dir.path() / "a", port, "A", 1);
+  auto b = start_worker(dir.path() / "b", port, "B", 1);
+  ASSERT_TRUE(eventually([&] { return coordinator->output_so_far().find("generation 0") != std::string::npos; }, 60s))
+      << coordinator->output_so_far();
+  std::this_thread::sleep_for(1s);
+  b->signal(SIGKILL);
+  const auto c = coordinator->wait(120s);
+  const auto wa = a->wait(60s);
+  EXPECT_EQ(c.exit_code, 5) << c.output;
+  EXPECT_NE(c.output.find("2 devices left, fewer than cluster.min_devices = 3"), std::string::npos) << c.output;
+  EXPECT_TRUE(std::regex_search(c.output, std::regex("checkpoint written: \\S*step-0*[1-9][0-9]*"))) << c.output;
+  EXPECT_EQ(wa.exit_code, 5) << "the surviving worker stops with the run's error: " << wa.output;
+  EXPECT_NE(wa.output.find("the coordinator's run failed: training stopped after step"), std::string::npos) << wa.output;
+}
+
 TEST(Distributed, AWorkerThatLosesItsCoordinatorIsFencedWithItsOwnExitCode) {
   scratch_dir dir;
   std::unique_ptr<cli_process> coordinator;

@@ -53,16 +53,7 @@ std::string start_coordinator(std::unique_ptr<cli_process>& p, const fs::path& d
   const auto rest = job(std::move(args));
   all.insert(all.end(), rest.begin(), rest.end());
   p = std::make_unique<cli_process>(all, dir);
-  std::string port;
-  const std::regex listening("listening on 127\\.0\\.0\\.1:([0-9]+)");
-  eventually([&] {
-    std::smatch m;
-    const std::string out = p->output_so_far();
-    if (!std::regex_search(out, m, listening)) return false;
-    port = m[1];
-    return true;
-  }, 30s);
-  return port;
+  return testing::listening_port(*p, "127.0.0.1", 30s);
 }
 
 std::unique_ptr<cli_process> start_worker(const fs::path& dir, const std::string& port, const std::string& node,
@@ -423,15 +414,8 @@ TEST(Distributed, RolesComeFromTheLaunchersEnvironmentWithoutFlags) {
   const std::vector<std::string> same = {"--model", mlp_cfg, "--gpus", "0", "--cpus", "1", "--set", "train.max_steps=200"};
   fs::create_directories(dir.path() / "c");
   cli_process coordinator(same, dir.path() / "c", rank0);
-  std::string port;
-  const std::regex listening("listening on 127\\.0\\.0\\.1:([0-9]+)");
-  ASSERT_TRUE(eventually([&] {
-    std::smatch m;
-    const std::string out = coordinator.output_so_far();
-    if (!std::regex_search(out, m, listening)) return false;
-    port = m[1];
-    return true;
-  }, 30s)) << coordinator.output_so_far();
+  const std::string port = testing::listening_port(coordinator, "127.0.0.1", 30s);
+  ASSERT_FALSE(port.empty()) << coordinator.output_so_far();
   EXPECT_NE(coordinator.output_so_far().find("waiting for 2 workers (from the environment: RANK=0, WORLD_SIZE=3"),
             std::string::npos) << coordinator.output_so_far();
   auto worker_env = [&] {

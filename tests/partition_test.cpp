@@ -103,15 +103,8 @@ TEST(Partition, TheCoordinatorsSideGoesOnAndTheCutOffWorkerFences) {
   const auto ctls = tls_files("coordinator");
   cargs.insert(cargs.end(), ctls.begin(), ctls.end());
   cli_process coordinator(cargs, dir.path() / "c", {}, ns.a());
-  std::string port;
-  const std::regex listening("listening on 10\\.77\\.0\\.1:([0-9]+)");
-  ASSERT_TRUE(eventually([&] {
-    std::smatch m;
-    const std::string out = coordinator.output_so_far();
-    if (!std::regex_search(out, m, listening)) return false;
-    port = m[1];
-    return true;
-  }, 30s)) << coordinator.output_so_far();
+  const std::string port = testing::listening_port(coordinator, "10.77.0.1", 30s);
+  ASSERT_FALSE(port.empty()) << coordinator.output_so_far();
   std::vector<std::string> wargs = {"--join", "10.77.0.1:" + port, "--node", "B", "--cpus", "1"};
   wargs.insert(wargs.end(), fast.begin(), fast.end());
   const auto wtls = tls_files("worker");

@@ -18,6 +18,7 @@
 #include <fstream>
 #include <future>
 #include <random>
+#include <regex>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -188,6 +189,21 @@ bool eventually(const std::function<bool()>& condition, std::chrono::millisecond
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return true;
+}
+
+std::string listening_port(const cli_process& p, const std::string& host, std::chrono::milliseconds limit) {
+  std::string escaped;
+  for (const char c : host) escaped += (c == '.' ? "\\." : std::string(1, c));
+  const std::regex listening("listening on " + escaped + ":([0-9]+)");
+  std::string port;
+  eventually([&] {
+    std::smatch m;
+    const std::string out = p.output_so_far();
+    if (!std::regex_search(out, m, listening)) return false;
+    port = m[1];
+    return true;
+  }, limit);
+  return port;
 }
 
 run_summary wait_or_exit(Engine& engine, std::chrono::seconds limit, const std::string& what) {

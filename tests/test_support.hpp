@@ -82,6 +82,10 @@ class cli_process {
 // Polls `condition` every millisecond until it holds (true) or `limit` passes (false).
 bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds limit);
 
+// The port of a coordinator's first line, "listening on HOST:PORT", once
+// `p` has printed it; "" if it has not within `limit`.
+std::string listening_port(const cli_process& p, const std::string& host, std::chrono::milliseconds limit);
+
 // Engine::wait() with a deadline. A run that neither ends nor fails by then
 // hangs, and a hung engine cannot be destroyed: the program prints what hung
 // and exits with 1, so the test fails at once rather than at ctest's timeout.

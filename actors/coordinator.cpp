@@ -157,14 +157,15 @@ coordinator_start start_coordinator(caf::actor_system& system, const coordinator
   return out;
 }
 
-group_ticket gloo_ticket(const std::shared_ptr<rendezvous_store>& store, const std::string& address, int size,
-                         std::int64_t generation) {
+group_ticket gloo_ticket(const std::shared_ptr<rendezvous_store>& store, const std::string& address,
+                         bool shared_memory, int size, std::int64_t generation) {
   group_ticket ticket{"gloo", generation, "g" + std::to_string(generation), nullptr};
   // Two generations back are over everywhere: their keys can go.
   if (generation >= 2) store->erase_prefix("g" + std::to_string(generation - 2) + "/");
   gloo_group_options o;
   o.prefix = ticket.rendezvous_id;
   o.address = address;
+  o.shared_memory = shared_memory;
   ticket.local = make_gloo_group(store, size, o);
   return ticket;
 }

@@ -97,7 +97,8 @@ coordinator_start start_coordinator(caf::actor_system& system, const coordinator
 // The ticket of a generation whose ranks are in several processes: a Gloo
 // group under the prefix "g<generation>" of the coordinator's store; its
 // in-process part serves the coordinator's own devices.
-group_ticket gloo_ticket(const std::shared_ptr<rendezvous_store>& store, const std::string& address, int size,
+group_ticket gloo_ticket(const std::shared_ptr<rendezvous_store>& store, const std::string& address,
+                         bool shared_memory, int size,
                          std::int64_t generation);
 
 }  // namespace dpactor

@@ -54,6 +54,9 @@ constexpr std::int64_t remote_prefetch = 32;
 
 // How long a teardown waits for the actors' threads (See Note [Bounded shutdown]).
 constexpr auto shutdown_bound = std::chrono::seconds(10);
+// How long the network layer may take to close its connections once every
+// actor is gone (See Note [A lost peer can hold the network layer's shutdown]).
+constexpr auto network_shutdown_bound = std::chrono::seconds(5);
 
 struct Engine::impl {
   job_config config;
@@ -110,8 +113,12 @@ struct Engine::impl {
       (void)system_config.release();  // which it refers to
       return;
     }
-    system.reset();
-    system_config.reset();
+    if (!destroy_within(std::move(system), std::move(system_config), network_shutdown_bound)) {
+      spdlog::error("shutdown: CAF's network layer did not stop within {} s: a connection to a peer that no longer "
+                    "answers still holds unsent data (a partitioned node); left behind",
+                    std::chrono::duration_cast<std::chrono::seconds>(network_shutdown_bound).count());
+      left_behind = true;
+    }
   }
 
   // "cpu:1 (last seen in forward of step 7, 31.2 s ago)", for each device not
@@ -251,9 +258,9 @@ void Engine::start() {
     }
     devices.insert(devices.end(), cs.members.begin(), cs.members.end());
     coordinator = cs.actor;
-    rs.make_group = [store = cs.store, address = m.options.coordinator->host](const std::vector<int>& ids,
-                                                                              std::int64_t generation) {
-      return gloo_ticket(store, address, static_cast<int>(ids.size()), generation);
+    rs.make_group = [store = cs.store, address = m.options.coordinator->host,
+                     shared = config.cluster.shared_memory](const std::vector<int>& ids, std::int64_t generation) {
+      return gloo_ticket(store, address, shared, static_cast<int>(ids.size()), generation);
     };
     rs.abort_remote = [nodes = cs.nodes](std::int64_t generation, const std::string& why) {
       for (const auto& n : nodes->list()) caf::anon_send(n, abort_msg{generation, why});

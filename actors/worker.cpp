@@ -230,10 +230,12 @@ worker_result serve(caf::actor_system& system, const worker_options& options, bo
     auto setup = make_device_setup(config, plan, id);
     setup->name = node + "/" + setup->name;
     setup->trained_to_reducer = config.train.record_trained;
-    setup->remote_group = [store, groups, facing](const group_ticket& ticket, int size) {
+    setup->remote_group = [store, groups, facing, shared = config.cluster.shared_memory](const group_ticket& ticket,
+                                                                                        int size) {
       gloo_group_options o;
       o.prefix = ticket.rendezvous_id;
       o.address = facing;
+      o.shared_memory = shared;
       auto group = make_gloo_group(store, size, o);
       groups->add(ticket.generation, group);
       return group;
@@ -275,21 +277,25 @@ worker_result run_worker(const worker_options& options) {
                                      ? "cluster.tls.mode = \"on\""
                                      : "the coordinator at " + options.host +
                                            " is not a loopback address, so TLS is on (cluster.tls.mode = \"auto\")");
-  auto* cfg = make_network_config(options.heartbeat, options.connection_timeout).release();
+  auto cfg = make_network_config(options.heartbeat, options.connection_timeout);
   if (tls) use_tls(*cfg, options.tls);
-  auto* system = new caf::actor_system{*cfg};
+  auto system = std::make_unique<caf::actor_system>(*cfg);
   // Devices the coordinator still knows (a refused join, while it runs on)
   // stay referenced by the connection to it, which CAF closes only when the
   // system goes down, and ~actor_system would wait for them forever: past a
-  // bound the system is left running to the process's end. True if it ended.
+  // bound the system is left running to the process's end (so is a network
+  // layer that cannot close a connection, See Note [A lost peer can hold the
+  // network layer's shutdown]). True if it ended.
   auto shut_down = [&] {
     const auto bound = clock_type::now() + std::chrono::seconds(2);
     while (system->registry().running() > 0 && clock_type::now() < bound)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    if (system->registry().running() > 0) return false;
-    delete system;
-    delete cfg;
-    return true;
+    if (system->registry().running() > 0) {
+      (void)system.release();
+      (void)cfg.release();
+      return false;
+    }
+    return destroy_within(std::move(system), std::move(cfg), std::chrono::seconds(5));
   };
   worker_result r;
   try {

@@ -1,6 +1,8 @@
 // The gloo backend's all-reduce across processes against the local backend's
 // across threads, side by side in one run (not a timed test).
 //   gloo_bench [--floats N] [--calls K] [--ranks P] [--pin] [--step]
+// The processes run twice: Gloo's TCP on 127.0.0.1 for every pair, then
+// shared memory between them (See Note [Same-machine ranks share memory]).
 // Prints the median, p10 and p90 of each; N defaults to the default MLP's
 // gradient size (784-256-128-10: 235,146 floats). --pin puts rank r on CPU r
 // (notes/distributed.md: unpinned is 2-4x noisier).
@@ -14,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -98,35 +101,44 @@ int main(int argc, char** argv) {
       return 64;
     }
   }
-  const auto dir = std::filesystem::temp_directory_path() / ("dpactor-gloo-bench-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
   // Processes first (fork before this process has any thread).
-  std::vector<pid_t> children;
-  int pipefd[2];
-  if (::pipe(pipefd) != 0) return 1;
-  for (int r = 0; r < ranks; ++r) {
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      if (pinned) pin(r);
-      gloo_group_options o;
-      o.prefix = "bench";
-      auto group = make_gloo_group(make_directory_store(dir), ranks, o);
-      auto c = group->endpoint(r);
-      const auto ms = time_calls(*c, floats, calls, step);
-      if (r == 0) {
-        const stats s = summarize(ms);
-        if (::write(pipefd[1], &s, sizeof(s)) != sizeof(s)) ::_exit(1);
+  const auto processes = [&](bool shared_memory) -> std::optional<stats> {
+    const auto dir = std::filesystem::temp_directory_path() / ("dpactor-gloo-bench-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    std::vector<pid_t> children;
+    int pipefd[2];
+    if (::pipe(pipefd) != 0) return std::nullopt;
+    for (int r = 0; r < ranks; ++r) {
+      const pid_t pid = ::fork();
+      if (pid == 0) {
+        if (pinned) pin(r);
+        gloo_group_options o;
+        o.prefix = "bench";
+        o.shared_memory = shared_memory;
+        auto group = make_gloo_group(make_directory_store(dir), ranks, o);
+        auto c = group->endpoint(r);
+        const auto ms = time_calls(*c, floats, calls, step);
+        if (r == 0) {
+          const stats s = summarize(ms);
+          if (::write(pipefd[1], &s, sizeof(s)) != sizeof(s)) ::_exit(1);
+        }
+        c->barrier({});
+        ::_exit(0);
       }
-      c->barrier({});
-      ::_exit(0);
+      children.push_back(pid);
     }
-    children.push_back(pid);
-  }
-  stats gloo{};
-  const bool got = ::read(pipefd[0], &gloo, sizeof(gloo)) == sizeof(gloo);
-  for (const pid_t pid : children) ::waitpid(pid, nullptr, 0);
-  std::filesystem::remove_all(dir);
-  if (!got) {
+    stats gloo{};
+    const bool got = ::read(pipefd[0], &gloo, sizeof(gloo)) == sizeof(gloo);
+    ::close(pipefd[0]);
+    ::close(pipefd[1]);
+    for (const pid_t pid : children) ::waitpid(pid, nullptr, 0);
+    std::filesystem::remove_all(dir);
+    if (!got) return std::nullopt;
+    return gloo;
+  };
+  const auto tcp = processes(false);
+  const auto shm = processes(true);
+  if (!tcp || !shm) {
     std::fprintf(stderr, "gloo_bench: the rank processes failed\n");
     return 1;
   }
@@ -141,8 +153,10 @@ int main(int argc, char** argv) {
     });
   for (auto& t : threads) t.join();
   const stats l = summarize(local[0]);
-  print("gloo (processes, 127.0.0.1)", ranks, floats, gloo);
-  print("local (threads, shared memory)", ranks, floats, l);
-  std::printf("gloo / local (medians): %.2fx\n", gloo.median / l.median);
+  print("gloo TCP (processes, 127.0.0.1)", ranks, floats, *tcp);
+  print("gloo shared memory (processes)", ranks, floats, *shm);
+  print("local (threads of one process)", ranks, floats, l);
+  std::printf("gloo TCP / local (medians): %.2fx\n", tcp->median / l.median);
+  std::printf("gloo shared memory / local (medians): %.2fx\n", shm->median / l.median);
   return 0;
 }

@@ -3,7 +3,9 @@
 timed test):
 
   1. the default MLP at global batch 128 on 2 processes of 1 CPU replica each
-     (dpactor --coordinator plus one dpactor --join worker) against PyTorch DDP
+     (dpactor --coordinator plus one dpactor --join worker; their gradients
+     through shared memory, the default, and with cluster.shared_memory=false
+     over Gloo's TCP on loopback) against PyTorch DDP
      with Gloo in the same layout (2 processes, 1+1 threads), and against
      dpactor's 2 replicas in one process; median step time of windows of
      about 0.25 s after a warm-up window, as bench/compare_pytorch.py does;
@@ -48,13 +50,14 @@ def start_coordinator(dpactor, args, cwd):
     raise RuntimeError("the coordinator did not listen")
 
 
-def start_worker(dpactor, port, node, cwd):
-    return subprocess.Popen([dpactor, "--join", f"127.0.0.1:{port}", "--cpus", "1", "--node", node],
+def start_worker(dpactor, port, node, cwd, args=()):
+    return subprocess.Popen([dpactor, "--join", f"127.0.0.1:{port}", "--cpus", "1", "--node", node] + list(args),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd)
 
 
-def two_processes(dpactor, batch=128, windows=7):
+def two_processes(dpactor, shared_memory, batch=128, windows=7):
     """Median step time (us) of the coordinator+worker layout, measured as dpactor_run does."""
+    transport = ["--set", f"cluster.shared_memory={'true' if shared_memory else 'false'}"]
     est = batch * 20e-6
     per = max(3, int(0.25 / est))
     with tempfile.TemporaryDirectory() as tmp:
@@ -62,8 +65,8 @@ def two_processes(dpactor, batch=128, windows=7):
         coord, out, port = start_coordinator(dpactor, [
             "--quiet", "--cpus", "1", "--wait-devices", "2", "--batch-size", str(batch), "--metrics", metrics,
             "--epochs", "100000", "--set", f"train.max_steps={per * windows}", "--set", f"train.log_every={per}",
-            "--set", "train.eval_every=0", "--set", 'train.checkpoint_dir=""'], tmp)
-        worker = start_worker(dpactor, port, "w", tmp)
+            "--set", "train.eval_every=0", "--set", 'train.checkpoint_dir=""'] + transport, tmp)
+        worker = start_worker(dpactor, port, "w", tmp, transport)
         coord.wait(timeout=600)
         worker.wait(timeout=60)
         if coord.returncode != 0:
@@ -112,12 +115,15 @@ def main():
     p.add_argument("--repeats", type=int, default=3, help="runs of each throughput configuration (medians)")
     a = p.parse_args()
     kernels = same_blas_kernels(a.dpactor)
-    rows = {"dpactor 2 processes x 1 replica": [], "dpactor 1 process x 2 replicas": [],
+    rows = {"dpactor 2 processes x 1 replica, shared memory": [],
+            "dpactor 2 processes x 1 replica, Gloo TCP": [],
+            "dpactor 1 process x 2 replicas": [],
             "PyTorch DDP Gloo 2x(1+1)": []}
     for r in range(a.repeats):
         print(f"round {r + 1}/{a.repeats} ...", file=sys.stderr)
         rows["PyTorch DDP Gloo 2x(1+1)"].append(pytorch_run("ddp", 1, [128])[128]["step_us"])
-        rows["dpactor 2 processes x 1 replica"].append(two_processes(a.dpactor))
+        rows["dpactor 2 processes x 1 replica, shared memory"].append(two_processes(a.dpactor, True))
+        rows["dpactor 2 processes x 1 replica, Gloo TCP"].append(two_processes(a.dpactor, False))
         rows["dpactor 1 process x 2 replicas"].append(dpactor_run(a.dpactor, 2, 128, True)[0])
     ddp = statistics.median(rows["PyTorch DDP Gloo 2x(1+1)"])
     print(f"\nOpenBLAS kernels, both sides: {kernels}")

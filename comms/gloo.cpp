@@ -19,7 +19,15 @@
 #include <thread>
 #include <vector>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define DPACTOR_CPU_RELAX() _mm_pause()
+#else
+#define DPACTOR_CPU_RELAX() std::this_thread::yield()
+#endif
+
 #include "comms/rank_order.hpp"
+#include "comms/shm_segment.hpp"
 #include "comms/summation_tree.hpp"
 
 namespace dpactor {
@@ -45,6 +53,10 @@ constexpr std::size_t header_capacity = header_fixed + max_header_extras;  // wo
 // After late_at, how long the wait for each remaining peer's header may take
 // before that peer counts as missing (its header is in flight or it is late).
 constexpr std::chrono::milliseconds late_probe{2};
+// How long a rank waiting on shared memory checks its doorbell before it
+// sleeps on it: a peer's next message usually lands within microseconds when
+// both are in the same phase, and a sleep costs a wake-up (tens of us).
+constexpr std::chrono::microseconds shm_spin{20};
 
 enum class op : std::uint64_t { all_reduce = 1, reduce_scatter, all_gather, broadcast, barrier, reduce_scatter_tree };
 
@@ -102,16 +114,29 @@ struct group_state {
   const int size;
   const gloo_group_options options;
   std::atomic<bool> aborted{false};
-  std::mutex mutex;  // guards why and transports
+  std::mutex mutex;  // guards why, transports and segments
   std::string why;
   std::vector<gloo::transport::tcp::Context*> transports;  // the local ranks', for abort
+  std::vector<shm_segment*> segments;  // every segment a local rank mapped, for abort
 
   // Marks the group and fails everything pending on every local rank's
-  // connections; peers see their calls fail. Idempotent.
+  // connections; peers see their calls fail (See Note [Same-machine ranks
+  // share memory] for those waiting on shared memory). Idempotent.
   void abort(const std::string& reason) {
     std::lock_guard lock(mutex);
     if (!aborted.exchange(true)) why = reason;
     for (auto* t : transports) (t->*tcp_access::signal)(why);
+    for (auto* s : segments) s->abort();
+  }
+  // Registers a segment for abort(); aborts it at once if the group is.
+  void enlist(shm_segment* s) {
+    std::lock_guard lock(mutex);
+    segments.push_back(s);
+    if (aborted) s->abort();
+  }
+  void discharge(shm_segment* s) {
+    std::lock_guard lock(mutex);
+    std::erase(segments, s);
   }
   std::string reason() {
     std::lock_guard lock(mutex);
@@ -217,10 +242,16 @@ class gloo_endpoint final : public collective {
     header_out_.clear();
     probe_.reset();
     if (transport_ != nullptr) group_->discharge(transport_);
+    if (inbox_) group_->discharge(inbox_.get());
+    for (const auto& p : peers_)
+      if (p) group_->discharge(p.get());
   }
 
   int rank() const noexcept override { return rank_; }
   int size() const noexcept override { return group_->size; }
+  int shared_memory_peers() const noexcept {
+    return static_cast<int>(std::count_if(peers_.begin(), peers_.end(), [](const auto& p) { return p != nullptr; }));
+  }
   // Momentum and the like would double what crosses the network.
   bool gathers_gradients() const noexcept override { return true; }
   std::pair<std::size_t, std::size_t> chunk(std::size_t size, int rank) const noexcept override {
@@ -299,9 +330,11 @@ class gloo_endpoint final : public collective {
       payload(deadline);
     } catch (const collective_error&) {
       ops_.clear();  // no Gloo handle on the caller's memory outlives the call
+      transfers_.clear();
       throw;
     } catch (const std::exception& e) {  // gloo::Exception, or the store's
       ops_.clear();
+      transfers_.clear();
       lost(o, deadline, e.what());
     }
   }
@@ -363,6 +396,7 @@ class gloo_endpoint final : public collective {
     }
     context->attach(std::move(device), std::move(transport));
     context_ = std::move(context);
+    share_memory(opts.shared_memory, deadline);
     probe_ = context_->createUnboundBuffer(&probe_byte_, 1);
     header_out_storage_.resize(header_capacity);
     header_out_.resize(static_cast<std::size_t>(n));
@@ -379,6 +413,136 @@ class gloo_endpoint final : public collective {
   }
 
   std::string key(int rank) const { return group_->options.prefix + "/gloo/" + std::to_string(rank); }
+
+  // See Note [Same-machine ranks share memory]: every rank publishes its
+  // inbox (nonce, then name; nothing when it has none or is `enabled` not),
+  // opens each peer's, publishes which it opened, and a pair whose both ends
+  // opened the other's uses them. Names are unlinked once every peer has
+  // tried.
+  void share_memory(bool enabled, clock_type::time_point deadline) {
+    const int n = group_->size;
+    if (enabled) {
+      static std::once_flag swept;
+      std::call_once(swept, sweep_stale_segments);
+      try {
+        inbox_ = shm_segment::create(n);
+      } catch (const std::system_error&) {
+        inbox_.reset();  // no shared memory here: TCP for every pair
+      }
+    }
+    std::vector<char> mine;
+    if (inbox_) {
+      const std::uint64_t nonce = inbox_->nonce();
+      mine.resize(sizeof nonce);
+      std::memcpy(mine.data(), &nonce, sizeof nonce);
+      mine.insert(mine.end(), inbox_->name().begin(), inbox_->name().end());
+    }
+    group_->store->set(shm_key("shm", rank_), mine);
+    std::vector<char> opened(static_cast<std::size_t>(n), 0);
+    peers_.resize(static_cast<std::size_t>(n));
+    for (int peer = 0; peer < n; ++peer) {
+      if (peer == rank_) continue;
+      const std::vector<char> theirs = store_get(shm_key("shm", peer), deadline);
+      if (!inbox_ || theirs.size() <= sizeof(std::uint64_t)) continue;
+      std::uint64_t nonce = 0;
+      std::memcpy(&nonce, theirs.data(), sizeof nonce);
+      auto& segment = peers_[static_cast<std::size_t>(peer)];
+      segment = shm_segment::open(std::string(theirs.begin() + sizeof nonce, theirs.end()), nonce, n);
+      opened[static_cast<std::size_t>(peer)] = segment != nullptr;
+    }
+    group_->store->set(shm_key("shm_opened", rank_), opened);
+    for (int peer = 0; peer < n; ++peer) {
+      if (peer == rank_) continue;
+      const std::vector<char> theirs = store_get(shm_key("shm_opened", peer), deadline);
+      if (theirs.size() != static_cast<std::size_t>(n) || theirs[static_cast<std::size_t>(rank_)] == 0)
+        peers_[static_cast<std::size_t>(peer)].reset();
+    }
+    if (inbox_) inbox_->unlink();
+    if (shared_memory_peers() == 0) {
+      inbox_.reset();
+      return;
+    }
+    group_->enlist(inbox_.get());
+    for (const auto& p : peers_)
+      if (p) group_->enlist(p.get());
+  }
+  std::string shm_key(const char* what, int rank) const {
+    return group_->options.prefix + "/" + what + "/" + std::to_string(rank);
+  }
+  bool shares_memory(int peer) const {
+    return !peers_.empty() && peers_[static_cast<std::size_t>(peer)] != nullptr;
+  }
+  // A transfer with `peer` over shared memory, pending until drive() ends it.
+  std::size_t post_transfer(std::byte* data, std::size_t bytes, int peer, bool send) {
+    shm_segment& theirs = *peers_[static_cast<std::size_t>(peer)];
+    shm_transfer t;
+    t.ring = send ? &theirs.ring_from(rank_) : &inbox_->ring_from(peer);
+    t.other = &theirs.doorbell();
+    t.data = data;
+    t.bytes = bytes;
+    t.send = send;
+    t.peer = peer;
+    transfers_.push_back(t);
+    return transfers_.size() - 1;
+  }
+
+  // Advances every pending shared-memory transfer, each ring's in the order
+  // they were posted, until transfers_[target] has completed (every one,
+  // with target = all_transfers): true; false when `wake` comes first.
+  // Health checks as wait_for()'s (See Note [Gloo waits look up every
+  // health_slice]).
+  static constexpr std::size_t all_transfers = ~std::size_t{0};
+  bool drive(std::size_t target, clock_type::time_point wake, clock_type::time_point deadline) {
+    shm_doorbell& bell = inbox_->doorbell();
+    auto check_at = clock_type::now() + health_slice;
+    const auto finished = [&] {
+      if (target != all_transfers) return transfers_[target].complete();
+      return std::all_of(transfers_.begin(), transfers_.end(), [](const shm_transfer& t) { return t.complete(); });
+    };
+    for (;;) {
+      const std::uint32_t seen = bell.seq.load(std::memory_order_seq_cst);
+      const bool moved = advance_transfers();
+      if (finished()) return true;
+      if (inbox_->aborted()) throw std::runtime_error("aborted by a rank on this machine");
+      auto now = clock_type::now();
+      if (now >= deadline) throw std::runtime_error("timed out");
+      if (now >= wake) return false;
+      if (now >= check_at) {
+        if (group_->aborted) throw std::runtime_error("aborted");
+        try {
+          for (const shm_transfer& t : transfers_)
+            if (!t.complete()) probe(t.peer);
+        } catch (const std::exception&) {
+          // A peer that wrote its last message and left: it is in the ring.
+          advance_transfers();
+          if (finished()) return true;
+          throw;
+        }
+        check_at = now + health_slice;
+      }
+      if (moved) continue;
+      const auto spin_until = now + shm_spin;
+      while (bell.seq.load(std::memory_order_relaxed) == seen && clock_type::now() < spin_until) DPACTOR_CPU_RELAX();
+      if (bell.seq.load(std::memory_order_seq_cst) == seen) bell.wait(seen, std::min({wake, deadline, check_at}));
+    }
+  }
+  // One pass over the pending transfers; whether any bytes moved. A ring's
+  // later transfer waits for its earlier ones.
+  bool advance_transfers() {
+    bool moved = false;
+    busy_rings_.clear();
+    for (shm_transfer& t : transfers_) {
+      if (t.complete()) continue;
+      if (std::find(busy_rings_.begin(), busy_rings_.end(), t.ring) != busy_rings_.end()) continue;
+      try {
+        moved |= t.advance();
+      } catch (const std::length_error& e) {
+        fail(collective_errc::mismatch, e.what());
+      }
+      if (!t.complete()) busy_rings_.push_back(t.ring);
+    }
+    return moved;
+  }
 
   // A store get in slices, so that an abort is seen within store_poll_slice.
   std::vector<char> store_get(const std::string& k, clock_type::time_point deadline) {
@@ -404,14 +568,29 @@ class gloo_endpoint final : public collective {
     out[4] = extras.size();
     std::copy(extras.begin(), extras.end(), out.begin() + header_fixed);
     const std::size_t bytes = (header_fixed + extras.size()) * sizeof(std::uint64_t);
-    for (int peer = 0; peer < n; ++peer)
-      if (peer != rank_)
-        header_in_[static_cast<std::size_t>(peer)]->recv(peer, header_slot, 0, header_capacity * sizeof(std::uint64_t));
-    for (int peer = 0; peer < n; ++peer)
-      if (peer != rank_) header_out_[static_cast<std::size_t>(peer)]->send(peer, header_slot, 0, bytes);
+    transfers_.clear();
+    header_transfer_.assign(static_cast<std::size_t>(n), all_transfers);
+    for (int peer = 0; peer < n; ++peer) {
+      if (peer == rank_) continue;
+      if (shares_memory(peer)) {
+        header_transfer_[static_cast<std::size_t>(peer)] =
+            post_transfer(reinterpret_cast<std::byte*>(header_in_storage_.data() + static_cast<std::size_t>(peer) * header_capacity),
+                          header_capacity * sizeof(std::uint64_t), peer, false);
+        continue;
+      }
+      header_in_[static_cast<std::size_t>(peer)]->recv(peer, header_slot, 0, header_capacity * sizeof(std::uint64_t));
+    }
+    for (int peer = 0; peer < n; ++peer) {
+      if (peer == rank_) continue;
+      if (shares_memory(peer)) post_transfer(reinterpret_cast<std::byte*>(out.data()), bytes, peer, true);
+      else header_out_[static_cast<std::size_t>(peer)]->send(peer, header_slot, 0, bytes);
+    }
     wait_headers(options, deadline);
+    if (!transfers_.empty()) drive(all_transfers, clock_type::time_point::max(), deadline);
+    transfers_.clear();
     for (int peer = 0; peer < n; ++peer)
-      if (peer != rank_) wait_for(*header_out_[static_cast<std::size_t>(peer)], wait_alarm::kind::send, peer, deadline);
+      if (peer != rank_ && !shares_memory(peer))
+        wait_for(*header_out_[static_cast<std::size_t>(peer)], wait_alarm::kind::send, peer, deadline);
     const bool per_rank_extras = o == op::reduce_scatter_tree;
     for (int peer = 0; peer < n; ++peer) {
       if (peer == rank_) continue;
@@ -446,21 +625,25 @@ class gloo_endpoint final : public collective {
   void wait_headers(const collective_options& options, clock_type::time_point deadline) {
     const int n = group_->size;
     bool tell = options.observer != nullptr && options.late_at != clock_type::time_point{};
-    auto header = [&](int peer) -> gloo_buffer& { return *header_in_[static_cast<std::size_t>(peer)]; };
+    // Whether peer's header arrived by `until` (the deadline when none).
+    auto header = [&](int peer, std::optional<clock_type::time_point> until) {
+      const std::size_t t = header_transfer_[static_cast<std::size_t>(peer)];
+      if (t != all_transfers) return drive(t, until.value_or(clock_type::time_point::max()), deadline);
+      return wait_for(*header_in_[static_cast<std::size_t>(peer)], wait_alarm::kind::recv, peer, deadline, until);
+    };
     for (int peer = 0; peer < n; ++peer) {
       if (peer == rank_) continue;
       if (!tell) {
-        wait_for(header(peer), wait_alarm::kind::recv, peer, deadline);
+        header(peer, std::nullopt);
         continue;
       }
-      if (wait_for(header(peer), wait_alarm::kind::recv, peer, deadline, options.late_at)) continue;
+      if (header(peer, options.late_at)) continue;
       // Late: this peer is missing; probe the rest.
       std::vector<int> missing{peer};
       for (int q = peer + 1; q < n; ++q)
-        if (q != rank_ && !wait_for(header(q), wait_alarm::kind::recv, q, deadline, clock_type::now() + late_probe))
-          missing.push_back(q);
+        if (q != rank_ && !header(q, clock_type::now() + late_probe)) missing.push_back(q);
       options.observer->on_late(missing);
-      for (const int q : missing) wait_for(header(q), wait_alarm::kind::recv, q, deadline);
+      for (const int q : missing) header(q, std::nullopt);
       return;
     }
   }
@@ -537,15 +720,26 @@ class gloo_endpoint final : public collective {
   };
   void post_recv(std::vector<posted>& ops, float* data, std::size_t floats, int peer, slot s) {
     if (floats == 0) return;
+    if (shares_memory(peer)) {
+      post_transfer(reinterpret_cast<std::byte*>(data), floats * sizeof(float), peer, false);
+      return;
+    }
     ops.push_back({context_->createUnboundBuffer(data, floats * sizeof(float)), peer, wait_alarm::kind::recv});
     ops.back().handle->recv(peer, s, 0, floats * sizeof(float));
   }
   void post_send(std::vector<posted>& ops, float* data, std::size_t floats, int peer, slot s) {
     if (floats == 0) return;
+    if (shares_memory(peer)) {
+      post_transfer(reinterpret_cast<std::byte*>(data), floats * sizeof(float), peer, true);
+      return;
+    }
     ops.push_back({context_->createUnboundBuffer(data, floats * sizeof(float)), peer, wait_alarm::kind::send});
     ops.back().handle->send(peer, s, 0, floats * sizeof(float));
   }
+  // Shared-memory transfers first: Gloo's go on in its event loop meanwhile.
   void finish(std::vector<posted>& ops, clock_type::time_point deadline) {
+    if (!transfers_.empty()) drive(all_transfers, clock_type::time_point::max(), deadline);
+    transfers_.clear();
     for (posted& p : ops) wait_for(*p.handle, p.kind, p.peer, deadline);
     ops.clear();
   }
@@ -679,6 +873,13 @@ class gloo_endpoint final : public collective {
   std::vector<float> staging_;
   std::vector<const float*> parts_;
   std::vector<posted> ops_;  // the call's payload operations
+  // See Note [Same-machine ranks share memory]: this rank's inbox and, per
+  // peer, the peer's (null: that pair is on TCP); the call's transfers.
+  std::unique_ptr<shm_segment> inbox_;
+  std::vector<std::unique_ptr<shm_segment>> peers_;
+  std::vector<shm_transfer> transfers_;
+  std::vector<std::size_t> header_transfer_;  // per peer, its header's index in transfers_
+  std::vector<const shm_ring*> busy_rings_;
   tree_plan plan_;
   std::vector<std::uint32_t> nodes_;
   std::vector<const float*> part_data_;
@@ -698,6 +899,11 @@ class gloo_group final : public collective_group {
 };
 
 }  // namespace
+
+int gloo_shared_memory_peers(const collective& endpoint) noexcept {
+  const auto* e = dynamic_cast<const gloo_endpoint*>(&endpoint);
+  return e != nullptr ? e->shared_memory_peers() : 0;
+}
 
 std::shared_ptr<collective_group> make_gloo_group(std::shared_ptr<rendezvous_store> store, int size,
                                                   gloo_group_options options) {

@@ -57,6 +57,9 @@ struct gloo_group_options {
   std::string address = "127.0.0.1";
   // How long forming the group may take: store waits and connections.
   std::chrono::milliseconds rendezvous_timeout{10'000};
+  // Ranks in processes of one machine exchange through shared memory (See
+  // Note [Same-machine ranks share memory]); false keeps every pair on TCP.
+  bool shared_memory = true;
 };
 
 // A group of `size` ranks spread over processes. This process calls
@@ -65,5 +68,10 @@ struct gloo_group_options {
 // the caller's to erase once the generation is over.
 std::shared_ptr<collective_group> make_gloo_group(std::shared_ptr<rendezvous_store> store, int size,
                                                   gloo_group_options options);
+
+// How many peers a gloo endpoint reaches through shared memory (See Note
+// [Same-machine ranks share memory]): known after its first call; 0 for an
+// endpoint of another backend.
+int gloo_shared_memory_peers(const collective& endpoint) noexcept;
 
 }  // namespace dpactor

@@ -75,6 +75,7 @@ struct cluster_config {
   std::int64_t heartbeat_ms = 500;
   std::int64_t connection_timeout_ms = 5000;
   tls_config tls;
+  bool shared_memory = true;      // processes of one machine exchange gradients through shared memory
   double bucket_cap_mb = 25.0;    // gradient buckets on GPUs (See Note [Gradient buckets])
   double first_bucket_mb = 1.0;
   gpu_data_placement gpu_data = gpu_data_placement::automatic;

@@ -346,6 +346,10 @@ const std::vector<key_spec>& keys() {
               "devices, a worker that no longer hears the coordinator is fenced. Several heartbeats long; keep it "
               "above 1 s on real networks.",
               3'600'000);
+    b.boolean("shared_memory", [](job_config& c) -> bool& { return c.cluster.shared_memory; },
+              "Several processes: ranks in processes of the same machine exchange gradients through shared "
+              "memory instead of TCP on loopback (a process's own --set). The TCP connection stays, for failure "
+              "detection; ranks on other machines always use TCP.");
     b.choice<tls_mode>("tls.mode", [](job_config& c) -> tls_mode& { return c.cluster.tls.mode; },
                        {{"auto", tls_mode::automatic}, {"on", tls_mode::on}, {"off", tls_mode::off}},
                        "Several processes: mutual TLS on the control plane (CAF's OpenSSL module). auto: on whenever "

@@ -1,9 +1,11 @@
 // One rank of a Gloo group as its own process, for tests/gloo_process_test.
-//   gloo_rank SCENARIO STORE_DIR RANK SIZE OUT_FILE [RENDEZVOUS_MS]
+//   gloo_rank SCENARIO STORE_DIR RANK SIZE OUT_FILE TRANSPORT [RENDEZVOUS_MS]
+// TRANSPORT: tcp, or shm (shared memory where the peers offer it too).
 // conform: exact all-reduce sums over a sweep of sizes (exit 2 on a wrong
 //          one), then the bytes of an inexact all-reduce and of a tree
 //          reduce-scatter go to OUT_FILE.
-// loop:    a barrier, "ready" in OUT_FILE, then all-reduces until one fails:
+// loop:    a barrier, "ready K" in OUT_FILE (K: the peers reached through
+//          shared memory), then all-reduces until one fails:
 //          OUT_FILE gets "failed CODE NANOSECONDS" (steady clock) and the
 //          exit code is 3. loop-big: the same with 64 MB buffers.
 
@@ -28,8 +30,8 @@ void write_floats(std::ofstream& out, const std::vector<float>& v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 6) {
-    std::fprintf(stderr, "usage: gloo_rank SCENARIO STORE_DIR RANK SIZE OUT_FILE [RENDEZVOUS_MS]\n");
+  if (argc < 7 || (std::string(argv[6]) != "tcp" && std::string(argv[6]) != "shm")) {
+    std::fprintf(stderr, "usage: gloo_rank SCENARIO STORE_DIR RANK SIZE OUT_FILE tcp|shm [RENDEZVOUS_MS]\n");
     return 64;
   }
   const std::string scenario = argv[1];
@@ -38,7 +40,8 @@ int main(int argc, char** argv) {
   const std::string out_file = argv[5];
   gloo_group_options options;
   options.prefix = "g1";
-  if (argc > 6) options.rendezvous_timeout = std::chrono::milliseconds(std::stoi(argv[6]));
+  options.shared_memory = std::string(argv[6]) == "shm";
+  if (argc > 7) options.rendezvous_timeout = std::chrono::milliseconds(std::stoi(argv[7]));
   auto group = make_gloo_group(make_directory_store(argv[2]), size, options);
   auto c = group->endpoint(rank);
   try {
@@ -61,7 +64,7 @@ int main(int argc, char** argv) {
     }
     if (scenario == "loop" || scenario == "loop-big") {
       c->barrier({});
-      { std::ofstream(out_file) << "ready\n"; }
+      { std::ofstream(out_file) << "ready " << gloo_shared_memory_peers(*c) << "\n"; }
       // loop-big: 64 MB a call, so that a peer's death lands in the middle
       // of a message.
       std::vector<float> v(scenario == "loop" ? 235146 : std::size_t{16} << 20, 1.0f);

@@ -1,0 +1,234 @@
+#include "comms/shm_segment.hpp"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <filesystem>
+#include <new>
+#include <random>
+#include <stdexcept>
+#include <system_error>
+
+namespace dpactor {
+namespace {
+
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free && std::atomic<std::uint32_t>::is_always_lock_free,
+              "rings and doorbells in shared memory need lock-free atomics");
+
+// Names are /dev/shm/dpactor-shm-<pid>-<random>: the pid lets a later
+// process sweep a dead one's segment.
+constexpr const char* name_prefix = "dpactor-shm-";
+constexpr std::uint64_t segment_magic = 0x64706163746f7273;  // "dpactors"
+
+long futex(std::atomic<std::uint32_t>* word, int op, std::uint32_t value, const timespec* timeout) {
+  // Not FUTEX_PRIVATE_FLAG: the word is shared between processes.
+  return syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), op, value, timeout, nullptr, 0);
+}
+
+std::uint64_t random_word() {
+  std::random_device device;
+  return (std::uint64_t{device()} << 32) ^ device();
+}
+
+}  // namespace
+
+// The segment: this header, then one ring per rank of the group.
+struct shm_segment::layout {
+  std::uint64_t magic;
+  std::uint64_t nonce;
+  std::uint64_t ranks;
+  std::atomic<std::uint32_t> aborted;
+  alignas(64) shm_doorbell doorbell;
+
+  static std::size_t rings_at() noexcept {
+    return (sizeof(layout) + alignof(shm_ring) - 1) / alignof(shm_ring) * alignof(shm_ring);
+  }
+  static std::size_t bytes(int ranks) { return rings_at() + static_cast<std::size_t>(ranks) * sizeof(shm_ring); }
+  shm_ring* rings() noexcept { return reinterpret_cast<shm_ring*>(reinterpret_cast<std::byte*>(this) + rings_at()); }
+};
+
+void shm_doorbell::ring() noexcept {
+  seq.fetch_add(1, std::memory_order_seq_cst);
+  if (sleepers.load(std::memory_order_seq_cst) > 0) futex(&seq, FUTEX_WAKE, INT_MAX, nullptr);
+}
+
+void shm_doorbell::wait(std::uint32_t seen, std::chrono::steady_clock::time_point until) noexcept {
+  const auto left = until - std::chrono::steady_clock::now();
+  if (left <= std::chrono::steady_clock::duration::zero()) return;
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+  const timespec timeout{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+  // seq_cst pairs with ring(): either the ringer sees a sleeper, or this
+  // load sees its increment and does not sleep.
+  sleepers.fetch_add(1, std::memory_order_seq_cst);
+  if (seq.load(std::memory_order_seq_cst) == seen) futex(&seq, FUTEX_WAIT, seen, &timeout);
+  sleepers.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+bool shm_transfer::advance() {
+  bool moved = false;
+  if (send) {
+    const std::uint64_t head = ring->head.load(std::memory_order_relaxed);
+    const std::uint64_t tail = ring->tail.load(std::memory_order_acquire);
+    std::size_t space = shm_ring_bytes - static_cast<std::size_t>(head - tail);
+    std::uint64_t at = head;
+    const auto put = [&](const std::byte* from, std::size_t n) {
+      const std::size_t offset = static_cast<std::size_t>(at % shm_ring_bytes);
+      const std::size_t first = std::min(n, shm_ring_bytes - offset);
+      std::memcpy(ring->data + offset, from, first);
+      std::memcpy(ring->data, from + first, n - first);
+      at += n;
+      space -= n;
+    };
+    if (length_done < sizeof length && space > 0) {
+      length = bytes;
+      const std::size_t n = std::min(space, sizeof length - length_done);
+      put(reinterpret_cast<const std::byte*>(&length) + length_done, n);
+      length_done += n;
+    }
+    if (length_done == sizeof length && done < bytes && space > 0) {
+      const std::size_t n = std::min(space, bytes - done);
+      put(data + done, n);
+      done += n;
+    }
+    moved = at != head;
+    if (moved) ring->head.store(at, std::memory_order_release);
+  } else {
+    const std::uint64_t tail = ring->tail.load(std::memory_order_relaxed);
+    const std::uint64_t head = ring->head.load(std::memory_order_acquire);
+    std::size_t avail = static_cast<std::size_t>(head - tail);
+    std::uint64_t at = tail;
+    const auto take = [&](std::byte* to, std::size_t n) {
+      const std::size_t offset = static_cast<std::size_t>(at % shm_ring_bytes);
+      const std::size_t first = std::min(n, shm_ring_bytes - offset);
+      std::memcpy(to, ring->data + offset, first);
+      std::memcpy(to + first, ring->data, n - first);
+      at += n;
+      avail -= n;
+    };
+    if (length_done < sizeof length && avail > 0) {
+      const std::size_t n = std::min(avail, sizeof length - length_done);
+      take(reinterpret_cast<std::byte*>(&length) + length_done, n);
+      length_done += n;
+      if (length_done == sizeof length && length > bytes)
+        throw std::length_error("rank " + std::to_string(peer) + " sent a message of " + std::to_string(length) +
+                                " bytes where " + std::to_string(bytes) + " were expected");
+    }
+    if (length_done == sizeof length && done < length && avail > 0) {
+      const std::size_t n = std::min<std::size_t>(avail, length - done);
+      take(data + done, n);
+      done += n;
+    }
+    moved = at != tail;
+    if (moved) ring->tail.store(at, std::memory_order_release);
+  }
+  if (moved) other->ring();
+  return moved;
+}
+
+shm_segment::shm_segment(std::string name, void* base, std::size_t bytes, bool owner)
+    : name_(std::move(name)), base_(base), bytes_(bytes), linked_(owner) {}
+
+shm_segment::~shm_segment() {
+  unlink();
+  munmap(base_, bytes_);
+}
+
+std::unique_ptr<shm_segment> shm_segment::create(int ranks) {
+  const std::size_t bytes = layout::bytes(ranks);
+  for (int attempt = 0;; ++attempt) {
+    char name[96];
+    std::snprintf(name, sizeof name, "/%s%ld-%016llx", name_prefix, static_cast<long>(getpid()),
+                  static_cast<unsigned long long>(random_word()));
+    const int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd < 0) {
+      if (errno == EEXIST && attempt < 8) continue;
+      throw std::system_error(errno, std::generic_category(), std::string("shm_open ") + name);
+    }
+    if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+      const int e = errno;
+      close(fd);
+      shm_unlink(name);
+      throw std::system_error(e, std::generic_category(), std::string("ftruncate ") + name);
+    }
+    void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    const int e = errno;
+    close(fd);
+    if (base == MAP_FAILED) {
+      shm_unlink(name);
+      throw std::system_error(e, std::generic_category(), std::string("mmap ") + name);
+    }
+    auto* l = static_cast<layout*>(base);
+    l->nonce = random_word();
+    l->ranks = static_cast<std::uint64_t>(ranks);
+    new (&l->aborted) std::atomic<std::uint32_t>(0);
+    new (&l->doorbell) shm_doorbell();
+    for (int r = 0; r < ranks; ++r) new (l->rings() + r) shm_ring();
+    // The magic last: a peer that maps early sees no segment yet.
+    std::atomic_ref<std::uint64_t>(l->magic).store(segment_magic, std::memory_order_release);
+    return std::unique_ptr<shm_segment>(new shm_segment(name, base, bytes, true));
+  }
+}
+
+std::unique_ptr<shm_segment> shm_segment::open(const std::string& name, std::uint64_t nonce, int ranks) {
+  const std::size_t bytes = layout::bytes(ranks);
+  if (name.rfind(std::string("/") + name_prefix, 0) != 0) return nullptr;
+  const int fd = shm_open(name.c_str(), O_RDWR, 0);
+  if (fd < 0) return nullptr;
+  struct stat st{};
+  if (fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) != bytes) {
+    close(fd);
+    return nullptr;
+  }
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (base == MAP_FAILED) return nullptr;
+  auto* l = static_cast<layout*>(base);
+  if (std::atomic_ref<std::uint64_t>(l->magic).load(std::memory_order_acquire) != segment_magic ||
+      l->nonce != nonce || l->ranks != static_cast<std::uint64_t>(ranks)) {
+    munmap(base, bytes);
+    return nullptr;
+  }
+  return std::unique_ptr<shm_segment>(new shm_segment(name, base, bytes, false));
+}
+
+std::uint64_t shm_segment::nonce() const noexcept { return static_cast<const layout*>(base_)->nonce; }
+
+void shm_segment::unlink() noexcept {
+  if (linked_) shm_unlink(name_.c_str());
+  linked_ = false;
+}
+
+shm_ring& shm_segment::ring_from(int sender) noexcept { return static_cast<layout*>(base_)->rings()[sender]; }
+
+shm_doorbell& shm_segment::doorbell() noexcept { return static_cast<layout*>(base_)->doorbell; }
+
+void shm_segment::abort() noexcept {
+  auto* l = static_cast<layout*>(base_);
+  l->aborted.store(1, std::memory_order_seq_cst);
+  l->doorbell.ring();
+}
+
+bool shm_segment::aborted() const noexcept {
+  return static_cast<const layout*>(base_)->aborted.load(std::memory_order_acquire) != 0;
+}
+
+void sweep_stale_segments() noexcept {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    const std::string file = entry.path().filename().string();
+    if (file.rfind(name_prefix, 0) != 0) continue;
+    const long pid = std::strtol(file.c_str() + std::strlen(name_prefix), nullptr, 10);
+    if (pid > 0 && kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) shm_unlink(("/" + file).c_str());
+  }
+}
+
+}  // namespace dpactor

@@ -10,6 +10,9 @@
 
 #include "actors/tls.hpp"
 #include "comms/gloo.hpp"
+#if DPACTOR_HAS_CUDA
+#include "comms/nccl.hpp"
+#endif
 #include "config/config_file.hpp"
 #include "config/job_identity.hpp"
 #include "tensors/error.hpp"
@@ -97,10 +100,11 @@ coordinator_start start_coordinator(caf::actor_system& system, const coordinator
   setup.version = options.version;
   setup.config_text = dump_job_config(config);
   setup.store = out.store;
-  setup.on_join = [book, nodes = out.nodes, identity = job_identity(config),
-                   fingerprint](const join_msg& msg) -> std::string {
+  setup.on_join = [book, nodes = out.nodes, identity = job_identity(config), fingerprint,
+                   gpu_job = !config.cluster.gpus.empty()](const join_msg& msg) -> std::string {
     if (const std::string d = first_difference(identity, msg.job_identity, "coordinator", "worker"); !d.empty())
       return "its config differs: " + d;
+    if (const std::string d = kind_difference(gpu_job, msg); !d.empty()) return d;
     if (msg.data_fingerprint != fingerprint)
       return "its data differs: the coordinator has " + fingerprint + "; the worker has " + msg.data_fingerprint;
     std::lock_guard lock(book->mutex);
@@ -155,6 +159,38 @@ coordinator_start start_coordinator(caf::actor_system& system, const coordinator
     out.nodes->add(j.node_actor);
   }
   return out;
+}
+
+// One collective backend serves a generation: its members are all GPU
+// replicas (NCCL) or all CPU replicas (Gloo).
+std::string kind_difference(bool gpu_job, const join_msg& msg) {
+  if (msg.gpus.size() != msg.devices.size()) return "a join must give each device's kind";
+  for (std::size_t d = 0; d < msg.gpus.size(); ++d)
+    if ((msg.gpus[d] >= 0) != gpu_job)
+      return "its device " + msg.names[d] + " is a " + (gpu_job ? "CPU replica" : "GPU") + " and the job's are " +
+             (gpu_job ? "GPUs" : "CPU replicas") + ": every member of a job is of one kind";
+  return "";
+}
+
+group_ticket nccl_ticket(const std::shared_ptr<rendezvous_store>& store, const std::vector<int>& gpus,
+                         const std::vector<int>& ids, std::int64_t generation) {
+#if DPACTOR_HAS_CUDA
+  group_ticket ticket{"nccl", generation, "g" + std::to_string(generation), nullptr};
+  if (generation >= 2) store->erase_prefix("g" + std::to_string(generation - 2) + "/");
+  nccl_group_options o;
+  o.prefix = ticket.rendezvous_id;
+  // Only the coordinator's own ranks ask: their ids index its cluster.gpus.
+  ticket.local = make_nccl_group(store, static_cast<int>(ids.size()), [gpus, ids](int rank) {
+    return gpus.at(static_cast<std::size_t>(ids.at(static_cast<std::size_t>(rank))));
+  }, o);
+  return ticket;
+#else
+  (void)store;
+  (void)gpus;
+  (void)ids;
+  (void)generation;
+  throw config_error("cluster.gpus is set but this build of dpactor has no CUDA support");
+#endif
 }
 
 group_ticket gloo_ticket(const std::shared_ptr<rendezvous_store>& store, const std::string& address,

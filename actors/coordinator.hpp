@@ -94,6 +94,17 @@ coordinator_start start_coordinator(caf::actor_system& system, const coordinator
                                     const job_config& config, const std::string& fingerprint, int local_devices,
                                     int first_id, const std::atomic<bool>& stop);
 
+// Why a worker's devices cannot join the job: "" when they are of the job's
+// kind (GPUs for a GPU job, else CPU replicas).
+std::string kind_difference(bool gpu_job, const join_msg& msg);
+
+// The ticket of a generation of GPU ranks in several processes: an NCCL
+// group under the prefix "g<generation>", its unique id through the store
+// (See Note [NCCL's unique id through the store]); its in-process part serves
+// the coordinator's own devices, rank r on gpus[ids[r]].
+group_ticket nccl_ticket(const std::shared_ptr<rendezvous_store>& store, const std::vector<int>& gpus,
+                         const std::vector<int>& ids, std::int64_t generation);
+
 // The ticket of a generation whose ranks are in several processes: a Gloo
 // group under the prefix "g<generation>" of the coordinator's store; its
 // in-process part serves the coordinator's own devices.

@@ -258,8 +258,9 @@ void Engine::start() {
     }
     devices.insert(devices.end(), cs.members.begin(), cs.members.end());
     coordinator = cs.actor;
-    rs.make_group = [store = cs.store, address = m.options.coordinator->host,
-                     shared = config.cluster.shared_memory](const std::vector<int>& ids, std::int64_t generation) {
+    rs.make_group = [store = cs.store, address = m.options.coordinator->host, shared = config.cluster.shared_memory,
+                     gpus = config.cluster.gpus](const std::vector<int>& ids, std::int64_t generation) {
+      if (!gpus.empty()) return nccl_ticket(store, gpus, ids, generation);
       return gloo_ticket(store, address, shared, static_cast<int>(ids.size()), generation);
     };
     rs.abort_remote = [nodes = cs.nodes](std::int64_t generation, const std::string& why) {

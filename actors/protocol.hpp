@@ -505,12 +505,13 @@ struct join_msg {
   std::string data_fingerprint;  // of its copy of the data
   std::vector<device_actor> devices;
   std::vector<std::string> names;  // "node/cpu:0", one per device
+  std::vector<std::int32_t> gpus;  // per device: its CUDA device, -1 for a CPU replica
   caf::actor node_actor;           // for run_over_msg and abort_msg
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, join_msg& x) {
   return f(caf::meta::type_name("join_msg"), x.version, x.node, x.job_identity, x.data_fingerprint, x.devices,
-           x.names, x.node_actor);
+           x.names, x.gpus, x.node_actor);
 }
 struct joined_msg {
   std::string refusal;  // empty: admitted

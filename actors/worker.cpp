@@ -20,6 +20,9 @@
 #include "actors/network.hpp"
 #include "actors/tls.hpp"
 #include "comms/gloo.hpp"
+#if DPACTOR_HAS_CUDA
+#include "comms/nccl.hpp"
+#endif
 #include "config/config_file.hpp"
 #include "config/job_identity.hpp"
 #include "tensors/error.hpp"
@@ -206,9 +209,15 @@ worker_result serve(caf::actor_system& system, const worker_options& options, bo
   config.train.checkpoint_dir.clear();
   config.faults.inject.clear();
   config.cluster.min_devices = 1;
-  config.cluster.gpus.clear();
-  const int replicas = config.cluster.cpus > 0 ? static_cast<int>(config.cluster.cpus)
-                                               : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  // The job's kind is the coordinator's; the devices are this machine's.
+  const bool gpu_job = !config.cluster.gpus.empty();
+  if (gpu_job && options.gpus.empty())
+    throw config_error("the job trains on GPUs (the coordinator's cluster.gpus) and this worker has none it can use (" +
+                       options.gpu_note + "); join from a machine with GPUs, or run the job on CPU replicas");
+  config.cluster.gpus = gpu_job ? options.gpus : std::vector<int>{};
+  const int replicas = gpu_job                   ? static_cast<int>(config.cluster.gpus.size())
+                       : config.cluster.cpus > 0 ? static_cast<int>(config.cluster.cpus)
+                                                 : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   const launch_plan plan = prepare_launch(config, run_options{}, replicas);
   set_blas_threads(plan.blas_threads);
 
@@ -230,8 +239,20 @@ worker_result serve(caf::actor_system& system, const worker_options& options, bo
     auto setup = make_device_setup(config, plan, id);
     setup->name = node + "/" + setup->name;
     setup->trained_to_reducer = config.train.record_trained;
-    setup->remote_group = [store, groups, facing, shared = config.cluster.shared_memory](const group_ticket& ticket,
-                                                                                        int size) {
+    const int gpu = gpu_job ? config.cluster.gpus.at(static_cast<std::size_t>(id)) : -1;
+    setup->remote_group = [store, groups, facing, shared = config.cluster.shared_memory, gpu](
+                              const group_ticket& ticket, int size) -> std::shared_ptr<collective_group> {
+      if (ticket.backend == "nccl") {
+#if DPACTOR_HAS_CUDA
+        nccl_group_options o;
+        o.prefix = ticket.rendezvous_id;
+        auto group = make_nccl_group(store, size, [gpu](int) { return gpu; }, o);
+        groups->add(ticket.generation, group);
+        return group;
+#else
+        throw std::logic_error("an NCCL generation in a build without CUDA");
+#endif
+      }
       gloo_group_options o;
       o.prefix = ticket.rendezvous_id;
       o.address = facing;
@@ -241,6 +262,7 @@ worker_result serve(caf::actor_system& system, const worker_options& options, bo
       return group;
     };
     join.names.push_back(setup->name);
+    join.gpus.push_back(gpu);
     join.devices.push_back(system.spawn<caf::detached>(device_behavior, std::move(setup)));
     devices.push_back(join.devices.back().address());
   }

@@ -28,6 +28,11 @@ struct worker_options {
   std::uint16_t port = 0;
   std::string node;                 // this node's name in messages (default: host name and pid)
   std::optional<int> cpus;          // CPU replicas (default: the coordinator's cluster.cpus)
+  // This machine's usable GPUs (--gpus): one replica each when the job trains
+  // on GPUs (the coordinator's cluster.gpus is set); `gpu_note` says why
+  // there are none.
+  std::vector<int> gpus;
+  std::string gpu_note;
   std::vector<std::string> sets;    // overrides of the coordinator's config, data.* in particular
   std::string version;              // this program's, checked by the coordinator
   std::chrono::milliseconds connect_timeout{10'000};
@@ -52,7 +57,9 @@ struct worker_result {
   bool left_system_running = false;
 };
 
-// Joins and serves until the run is over. Throws config_error, data_error
+// Joins and serves until the run is over. A worker's devices are of the
+// job's kind: GPUs when the coordinator's are (config_error when this machine
+// has none), else CPU replicas. Throws config_error, data_error
 // (its own copy of the data) or std::runtime_error (cannot reach the
 // coordinator).
 worker_result run_worker(const worker_options& options);

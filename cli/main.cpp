@@ -79,6 +79,10 @@ int run_worker_node(const cli::options& opts, cli::signal_watch& signals) {
   w.cpus = opts.cpus;
   w.sets = opts.sets;
   try {
+    // Used only when the job trains on GPUs (See run_worker).
+    const cli::gpu_selection gpus = cli::select_gpus(opts.gpus);
+    w.gpus = gpus.devices;
+    w.gpu_note = gpus.note;
     // The worker's own --set values of the keys it needs before it connects.
     const job_config own = parse_job_config("", "--set", opts.sets);
     w.heartbeat = std::chrono::milliseconds(own.cluster.heartbeat_ms);

@@ -145,7 +145,7 @@ class driver_group final : public collective_group {
   std::unique_ptr<collective> endpoint(int rank) override {
     std::unique_ptr<collective_driver> driver;
     try {
-      driver = factory_(rank, state_->ranks);
+      driver = factory_(rank, state_->ranks, state_->aborted);
     } catch (const std::exception& e) {
       state_->abort_all();
       throw collective_error(collective_errc::aborted,

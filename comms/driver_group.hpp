@@ -46,7 +46,10 @@ class collective_driver {
 };
 
 // Creates rank r's driver; called on the thread that will use the endpoint.
-using driver_factory = std::function<std::unique_ptr<collective_driver>(int rank, int size)>;
+// A factory that waits (for the other ranks, in a rendezvous) stops waiting
+// once `aborted` is set: the group was aborted meanwhile.
+using driver_factory =
+    std::function<std::unique_ptr<collective_driver>(int rank, int size, const std::atomic<bool>& aborted)>;
 
 std::shared_ptr<collective_group> make_driver_group(int ranks, driver_factory factory);
 

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "comms/driver_group.hpp"
+#include "comms/nccl_rendezvous.hpp"
 #include "cuda/check.hpp"
 
 namespace dpactor {
@@ -273,15 +274,41 @@ class nccl_driver final : public collective_driver {
   std::size_t scratch_size_ = 0;
 };
 
-}  // namespace
-
-std::shared_ptr<collective_group> make_nccl_group(std::vector<int> devices) {
+ncclUniqueId new_unique_id() {
   ncclUniqueId id;
   const ncclResult_t r = ncclGetUniqueId(&id);
   if (r != ncclSuccess) throw std::runtime_error(std::string("ncclGetUniqueId failed: ") + ncclGetErrorString(r));
+  return id;
+}
+
+}  // namespace
+
+std::shared_ptr<collective_group> make_nccl_group(std::vector<int> devices) {
+  const ncclUniqueId id = new_unique_id();
   const int size = static_cast<int>(devices.size());
-  return make_driver_group(size, [devices = std::move(devices), id](int rank, int n) -> std::unique_ptr<collective_driver> {
+  return make_driver_group(size, [devices = std::move(devices), id](int rank, int n, const std::atomic<bool>&)
+                                     -> std::unique_ptr<collective_driver> {
     return std::make_unique<nccl_driver>(rank, n, devices.at(static_cast<std::size_t>(rank)), id);
+  });
+}
+
+// See Note [NCCL's unique id through the store].
+std::shared_ptr<collective_group> make_nccl_group(std::shared_ptr<rendezvous_store> store, int size,
+                                                  std::function<int(int rank)> device_of, nccl_group_options options) {
+  if (!store) throw std::invalid_argument("nccl group: no rendezvous store");
+  return make_driver_group(size, [store = std::move(store), device_of = std::move(device_of), options](
+                                     int rank, int n, const std::atomic<bool>& aborted) -> std::unique_ptr<collective_driver> {
+    const std::vector<char> bytes = share_unique_id(
+        *store, options.prefix, rank, sizeof(ncclUniqueId),
+        [] {
+          const ncclUniqueId id = new_unique_id();
+          const char* raw = reinterpret_cast<const char*>(&id);
+          return std::vector<char>(raw, raw + sizeof id);
+        },
+        aborted, std::chrono::steady_clock::now() + options.rendezvous_timeout);
+    ncclUniqueId id;
+    std::memcpy(&id, bytes.data(), sizeof id);
+    return std::make_unique<nccl_driver>(rank, n, device_of(rank), id);
   });
 }
 

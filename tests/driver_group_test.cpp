@@ -66,7 +66,7 @@ class fake_driver final : public collective_driver {
 };
 
 std::shared_ptr<collective_group> fake_group(int ranks, fake_world& world) {
-  return make_driver_group(ranks, [&world](int, int) { return std::make_unique<fake_driver>(world); });
+  return make_driver_group(ranks, [&world](int, int, const std::atomic<bool>&) { return std::make_unique<fake_driver>(world); });
 }
 
 TEST(DriverGroup, CallsCompleteByPolling) {
@@ -249,7 +249,7 @@ TEST(DriverGroup, AWaitPastTheDeadlineTellsTheObserverOnceWithoutNames) {
 
 TEST(DriverGroup, ARankThatCannotSetUpBreaksTheGroup) {
   fake_world world;
-  auto group = make_driver_group(2, [&world](int rank, int) -> std::unique_ptr<collective_driver> {
+  auto group = make_driver_group(2, [&world](int rank, int, const std::atomic<bool>&) -> std::unique_ptr<collective_driver> {
     if (rank == 1) throw std::runtime_error("injected set-up failure");
     return std::make_unique<fake_driver>(world);
   });

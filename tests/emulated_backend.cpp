@@ -150,7 +150,7 @@ std::function<std::shared_ptr<collective_group>(int)> emulated_backend(std::shar
   return [log](int ranks) {
     ++log->groups;
     auto w = std::make_shared<world>(ranks, log);
-    return make_driver_group(ranks, [w](int rank, int) { return std::make_unique<emulated_driver>(w, rank); });
+    return make_driver_group(ranks, [w](int rank, int, const std::atomic<bool>&) { return std::make_unique<emulated_driver>(w, rank); });
   };
 }
 

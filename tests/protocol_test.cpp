@@ -1,6 +1,7 @@
 // The actor protocol's registration: every type in the type ID block can be
 // made by name and crosses a serializer unchanged; the in-process requests
-// that carry promises are not registered.
+// that carry promises are not registered; a join of another device kind is
+// refused.
 
 #include <gtest/gtest.h>
 
@@ -10,6 +11,7 @@
 #include <caf/binary_deserializer.hpp>
 #include <caf/binary_serializer.hpp>
 
+#include "actors/coordinator.hpp"
 #include "actors/protocol.hpp"
 
 namespace dpactor {
@@ -82,6 +84,35 @@ TEST(Protocol, MessagesCrossASerializerUnchanged) {
   const generation_plan p = round_trip(sys, generation_plan{4, {}, {}, 1, ticket, -2});
   EXPECT_EQ(p.group.rendezvous_id, "store/4");
   EXPECT_EQ(p.state_source, 1);
+
+  join_msg j;
+  j.node = "W";
+  j.names = {"W/gpu:0", "W/gpu:1"};
+  j.gpus = {2, 3};
+  const join_msg jb = round_trip(sys, j);
+  EXPECT_EQ(jb.names, j.names);
+  EXPECT_EQ(jb.gpus, (std::vector<std::int32_t>{2, 3})) << "each device's kind crosses to the coordinator";
+}
+
+// One backend per generation (NCCL for GPUs, Gloo for CPU replicas): a
+// worker of the other kind is refused, naming its device.
+TEST(Coordinator, AJoinOfTheOtherDeviceKindIsRefusedNamingTheDevice) {
+  join_msg cpus;
+  cpus.devices.resize(2);
+  cpus.names = {"W/cpu:0", "W/cpu:1"};
+  cpus.gpus = {-1, -1};
+  join_msg gpus = cpus;
+  gpus.names = {"G/gpu:0", "G/gpu:1"};
+  gpus.gpus = {0, 1};
+  EXPECT_EQ(kind_difference(false, cpus), "");
+  EXPECT_EQ(kind_difference(true, gpus), "");
+  EXPECT_EQ(kind_difference(true, cpus),
+            "its device W/cpu:0 is a CPU replica and the job's are GPUs: every member of a job is of one kind");
+  EXPECT_EQ(kind_difference(false, gpus),
+            "its device G/gpu:0 is a GPU and the job's are CPU replicas: every member of a job is of one kind");
+  join_msg silent = cpus;
+  silent.gpus.clear();
+  EXPECT_NE(kind_difference(false, silent), "") << "a join that does not give its devices' kinds";
 }
 
 }  // namespace

@@ -31,7 +31,7 @@ std::unique_ptr<replica> make_replica(const job_config& config, std::size_t micr
 #endif
 }
 
-std::shared_ptr<collective_group> make_group(const job_config& config, const std::vector<int>& ids) {
+std::shared_ptr<collective_group> make_group([[maybe_unused]] const job_config& config, const std::vector<int>& ids) {
 #if DPACTOR_HAS_CUDA
   if (!config.cluster.gpus.empty()) {
     std::vector<int> devices;

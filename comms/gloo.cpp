@@ -473,7 +473,7 @@ class gloo_endpoint final : public collective {
     return !peers_.empty() && peers_[static_cast<std::size_t>(peer)] != nullptr;
   }
   // A transfer with `peer` over shared memory, pending until drive() ends it.
-  std::size_t post_transfer(std::byte* data, std::size_t bytes, int peer, bool send) {
+  std::size_t post_transfer(std::byte* data, std::size_t bytes, int peer, bool send, bool exact = true) {
     shm_segment& theirs = *peers_[static_cast<std::size_t>(peer)];
     shm_transfer t;
     t.ring = send ? &theirs.ring_from(rank_) : &inbox_->ring_from(peer);
@@ -481,6 +481,7 @@ class gloo_endpoint final : public collective {
     t.data = data;
     t.bytes = bytes;
     t.send = send;
+    t.exact = exact;
     t.peer = peer;
     transfers_.push_back(t);
     return transfers_.size() - 1;
@@ -575,7 +576,7 @@ class gloo_endpoint final : public collective {
       if (shares_memory(peer)) {
         header_transfer_[static_cast<std::size_t>(peer)] =
             post_transfer(reinterpret_cast<std::byte*>(header_in_storage_.data() + static_cast<std::size_t>(peer) * header_capacity),
-                          header_capacity * sizeof(std::uint64_t), peer, false);
+                          header_capacity * sizeof(std::uint64_t), peer, false, false);
         continue;
       }
       header_in_[static_cast<std::size_t>(peer)]->recv(peer, header_slot, 0, header_capacity * sizeof(std::uint64_t));

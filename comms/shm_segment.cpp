@@ -118,7 +118,7 @@ bool shm_transfer::advance() {
       const std::size_t n = std::min(avail, sizeof length - length_done);
       take(reinterpret_cast<std::byte*>(&length) + length_done, n);
       length_done += n;
-      if (length_done == sizeof length && length > bytes)
+      if (length_done == sizeof length && (exact ? length != bytes : length > bytes))
         throw std::length_error("rank " + std::to_string(peer) + " sent a message of " + std::to_string(length) +
                                 " bytes where " + std::to_string(bytes) + " were expected");
     }
@@ -153,11 +153,13 @@ std::unique_ptr<shm_segment> shm_segment::create(int ranks) {
       if (errno == EEXIST && attempt < 8) continue;
       throw std::system_error(errno, std::generic_category(), std::string("shm_open ") + name);
     }
-    if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-      const int e = errno;
+    // posix_fallocate, not ftruncate: tmpfs would hand out pages on first
+    // touch, and a full /dev/shm (64 MiB in a default Docker container)
+    // would then kill the process with SIGBUS in the middle of a step.
+    if (const int e = posix_fallocate(fd, 0, static_cast<off_t>(bytes)); e != 0) {
       close(fd);
       shm_unlink(name);
-      throw std::system_error(e, std::generic_category(), std::string("ftruncate ") + name);
+      throw std::system_error(e, std::generic_category(), std::string("posix_fallocate ") + name);
     }
     void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     const int e = errno;

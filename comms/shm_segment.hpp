@@ -72,6 +72,7 @@ struct shm_transfer {
   std::byte* data = nullptr;
   std::size_t bytes = 0;  // a send's length; a receive's capacity
   bool send = false;
+  bool exact = true;  // a receive's message must be `bytes` long (else up to `bytes`)
   int peer = -1;
   // Progress: the length word, then the bytes.
   std::uint64_t length = 0;
@@ -79,7 +80,8 @@ struct shm_transfer {
   std::size_t done = 0;
   bool complete() const noexcept { return length_done == sizeof length && done == length; }
   // Moves as many bytes as the ring allows; whether any moved. Throws
-  // std::length_error on a receive whose message exceeds its capacity.
+  // std::length_error on a receive whose message has another length than
+  // expected (exceeds its capacity, when not exact).
   bool advance();
 };
 
@@ -90,9 +92,10 @@ class shm_segment {
   shm_segment(const shm_segment&) = delete;
   shm_segment& operator=(const shm_segment&) = delete;
 
-  // A new segment with one ring per rank of a group of `ranks`. Throws
-  // std::system_error when shared memory cannot be made (then the group
-  // stays on TCP).
+  // A new segment with one ring per rank of a group of `ranks`, its memory
+  // reserved (a full /dev/shm fails here, not with SIGBUS on a later write).
+  // Throws std::system_error when shared memory cannot be made (then the
+  // group stays on TCP).
   static std::unique_ptr<shm_segment> create(int ranks);
   // The segment published as `name` with `nonce`, or nullptr when this
   // process cannot see it (another machine, another /dev/shm).

@@ -1,0 +1,118 @@
+// Note [Same-machine ranks share memory], its parts alone: a message larger
+// than a ring streams through it whole and in order; a receive of another
+// length is refused; a segment opens only with its nonce; a dead process's
+// segment is swept and a live one's kept.
+
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "comms/shm_segment.hpp"
+
+namespace dpactor {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+// Runs a transfer to completion, sleeping on `bell` when the ring is stuck.
+void run(shm_transfer& t, shm_doorbell& bell) {
+  const auto give_up = clock_type::now() + 30s;
+  while (!t.complete()) {
+    const std::uint32_t seen = bell.seq.load();
+    if (!t.advance()) bell.wait(seen, clock_type::now() + 10ms);
+    ASSERT_LT(clock_type::now(), give_up) << "the transfer did not finish";
+  }
+}
+
+TEST(ShmSegment, MessagesLargerThanTheRingStreamThroughItWholeAndInOrder) {
+  auto receiver = shm_segment::create(2);
+  auto sender = shm_segment::create(2);
+  auto receivers_view = shm_segment::open(receiver->name(), receiver->nonce(), 2);  // as the sender maps it
+  ASSERT_NE(receivers_view, nullptr);
+  // Two messages back to back on the ring from rank 1 to rank 0: 3.5 rings, then 13 bytes.
+  std::vector<std::byte> first(shm_ring_bytes * 7 / 2), second(13);
+  for (std::size_t i = 0; i < first.size(); ++i) first[i] = static_cast<std::byte>(i * 131 + 7);
+  for (std::size_t i = 0; i < second.size(); ++i) second[i] = static_cast<std::byte>(200 - i);
+  std::vector<std::byte> got_first(first.size()), got_second(second.size());
+  std::thread producer([&] {
+    for (auto* m : {&first, &second}) {
+      shm_transfer t;
+      t.ring = &receivers_view->ring_from(1);
+      t.other = &receivers_view->doorbell();
+      t.data = m->data();
+      t.bytes = m->size();
+      t.send = true;
+      t.peer = 0;
+      run(t, sender->doorbell());
+    }
+  });
+  for (auto* m : {&got_first, &got_second}) {
+    shm_transfer t;
+    t.ring = &receiver->ring_from(1);
+    t.other = &sender->doorbell();
+    t.data = m->data();
+    t.bytes = m->size();
+    t.peer = 1;
+    run(t, receiver->doorbell());
+  }
+  producer.join();
+  EXPECT_EQ(std::memcmp(got_first.data(), first.data(), first.size()), 0);
+  EXPECT_EQ(got_second, second);
+}
+
+TEST(ShmSegment, AReceiveOfAnotherLengthIsRefusedUnlessItOnlyBoundsIt) {
+  auto segment = shm_segment::create(2);
+  shm_doorbell& bell = segment->doorbell();
+  std::vector<std::byte> eight(8, std::byte{1}), into(12);
+  shm_transfer send{&segment->ring_from(1), &bell, eight.data(), eight.size(), true, true, 0};
+  ASSERT_TRUE(send.advance());
+  ASSERT_TRUE(send.complete());
+  shm_transfer exact{&segment->ring_from(1), &bell, into.data(), into.size(), false, true, 1};
+  EXPECT_THROW(exact.advance(), std::length_error) << "8 bytes where 12 were expected";
+  // The same message again, received by a transfer that only bounds it (a header).
+  shm_transfer again{&segment->ring_from(0), &bell, eight.data(), eight.size(), true, true, 0};
+  ASSERT_TRUE(again.advance());
+  shm_transfer bounded{&segment->ring_from(0), &bell, into.data(), into.size(), false, false, 1};
+  EXPECT_TRUE(bounded.advance());
+  EXPECT_TRUE(bounded.complete());
+  EXPECT_EQ(bounded.length, 8u);
+}
+
+TEST(ShmSegment, OpensOnlyWithItsNonceAndGroupSize) {
+  auto segment = shm_segment::create(3);
+  EXPECT_NE(shm_segment::open(segment->name(), segment->nonce(), 3), nullptr);
+  EXPECT_EQ(shm_segment::open(segment->name(), segment->nonce() + 1, 3), nullptr);
+  EXPECT_EQ(shm_segment::open(segment->name(), segment->nonce(), 4), nullptr);
+  EXPECT_EQ(shm_segment::open("/not-ours", segment->nonce(), 3), nullptr);
+  segment->unlink();
+  EXPECT_EQ(shm_segment::open(segment->name(), segment->nonce(), 3), nullptr) << "unlinked: no one else can open it";
+}
+
+TEST(ShmSegment, ADeadProcesssSegmentIsSweptAndALiveOnesKept) {
+  if (!std::filesystem::is_directory("/dev/shm")) GTEST_SKIP() << "no /dev/shm on this machine";
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ::waitpid(child, nullptr, 0);  // now a pid of no process
+  const std::filesystem::path dead = "/dev/shm/dpactor-shm-" + std::to_string(child) + "-test",
+                              live = "/dev/shm/dpactor-shm-" + std::to_string(::getpid()) + "-test";
+  std::ofstream(dead) << "x";
+  std::ofstream(live) << "x";
+  sweep_stale_segments();
+  EXPECT_FALSE(std::filesystem::exists(dead));
+  EXPECT_TRUE(std::filesystem::exists(live));
+  std::filesystem::remove(live);
+}
+
+}  // namespace
+}  // namespace dpactor

@@ -24,6 +24,7 @@
 #include "cli/progress.hpp"
 #include "cli/signal_watch.hpp"
 #include "cli/version.hpp"
+#include "service/http_service.hpp"
 #if DPACTOR_HAS_GLOO
 #include "actors/network.hpp"
 #include "actors/worker.hpp"
@@ -232,7 +233,22 @@ int run(int argc, char** argv, cli::signal_watch& signals) {
   // A metrics write that fails (a full disk, an I/O error) stops the run as
   // a signal does, with a checkpoint, and ends it with exit_internal.
   std::atomic<bool> metrics_failed{false};
+  // service.listen / --serve: the run over HTTP.
+  std::shared_ptr<metrics_board> board;
+  std::unique_ptr<http_service> service;
+  if (!config.service.listen.empty()) {
+    try {
+      http_service_options o;
+      std::tie(o.address, o.port) = split_host_port(config.service.listen, "service.listen");
+      board = std::make_shared<metrics_board>();
+      service = std::make_unique<http_service>(board, o);
+    } catch (const std::exception& e) {
+      return fail(e.what(), cli::exit_config);
+    }
+    spdlog::info("serving HTTP on {}:{} (/metrics, /healthz, /readyz)", service->address(), service->port());
+  }
   engine.on_event([&](const event& e) {
+    if (board) board->on_event(e);
     if (metrics && !metrics->write(to_json(e)) && !metrics_failed.exchange(true)) {
       spdlog::error("{}; stopping at the next step boundary and writing a checkpoint", metrics->error().value_or(""));
       engine.stop();
@@ -255,6 +271,7 @@ int run(int argc, char** argv, cli::signal_watch& signals) {
     }
   }();
   threads_left_behind = engine.left_threads_behind();
+  if (board) board->set_running(false);
   if (metrics && !(metrics->write(to_json(summary)) && metrics->close()) && !metrics_failed.exchange(true))
     spdlog::error("{}", metrics->error().value_or(""));
   progress.print_summary(summary);

@@ -17,6 +17,7 @@ std::optional<int> parse_options(int argc, char** argv, options& out) {
   app.get_formatter()->column_width(34);
   std::optional<long long> epochs, batch_size, checkpoint_every;
   std::optional<std::string> checkpoint_dir;
+  std::optional<std::string> serve;
   auto* model = app.add_option("--model", out.model, "Job config (.cfg, TOML): model, data, optimizer, train, cluster")
                     ->type_name("FILE");
   app.add_flag("--config-reference", out.config_reference,
@@ -42,6 +43,8 @@ std::optional<int> parse_options(int argc, char** argv, options& out) {
                  "of this run's checkpoint directory")
       ->type_name("DIR");
   app.add_option("--init-from", out.init_from, "Start from the weights in a model.safetensors file")->type_name("FILE");
+  app.add_option("--serve", serve, "Serve the run over HTTP at ADDR:PORT: /metrics, /healthz, /readyz (service.listen)")
+      ->type_name("ADDR:PORT");
   app.add_option("--metrics", out.metrics, "Write step, epoch, membership and summary records as JSON Lines")
       ->type_name("FILE");
   app.add_option("--log-level", out.log_level, "trace, debug, info, warn, error or off (default: info)")
@@ -89,6 +92,7 @@ std::optional<int> parse_options(int argc, char** argv, options& out) {
   add("train.epochs", epochs);
   add("train.batch_size", batch_size);
   add("train.checkpoint_dir", checkpoint_dir);
+  add("service.listen", serve);
   add("train.checkpoint_every", checkpoint_every);
   return std::nullopt;
 }

@@ -101,6 +101,11 @@ struct faults_config {
   std::int64_t seed = 1;            // of jitter draws
 };
 
+// The run's HTTP face (service/http_service.hpp).
+struct service_config {
+  std::string listen;  // "ADDR:PORT"; empty: no HTTP endpoint
+};
+
 struct job_config {
   std::string source = "<defaults>";  // the file it came from, for messages
   mlp_spec model{{784, 256, 128, 10}, activation::relu, loss_kind::cross_entropy};
@@ -112,6 +117,7 @@ struct job_config {
   straggler_config straggler;
   precision_config precision;
   faults_config faults;
+  service_config service;
 };
 
 // The schedule the job uses, with total_steps resolved from the run length.

@@ -42,6 +42,7 @@ std::string job_identity(const job_config& config) {
   c.cluster = cluster_config{};
   c.train.checkpoint_dir.clear();
   c.faults = faults_config{};
+  c.service = service_config{};  // each process's own
   return dump_job_config(c);
 }
 

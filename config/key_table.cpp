@@ -397,6 +397,12 @@ const std::vector<key_spec>& keys() {
                                {{"fp32", matmul_precision::fp32}, {"tf32", matmul_precision::tf32}},
                                "GPU matrix products: fp32, or TF32 tensor cores (faster, about 1e-3 relative error).");
 
+    b.section = "service";
+    b.string("listen", [](job_config& c) -> std::string& { return c.service.listen; },
+             "Serve the run over HTTP at ADDR:PORT (port 0: the system chooses; the address is printed): "
+             "GET /metrics (Prometheus), /healthz, /readyz. Empty: no endpoint. Also --serve. Bind to a loopback "
+             "address unless the network is trusted.");
+
     b.section = "faults";
     b.keys.push_back({"faults", "inject", "array of strings",
                       "Fault injection specs: fail:R@S, hang:R@S, slow:R:F[@S], jitter:R:P:MS, leave:R@S, "

@@ -1,0 +1,47 @@
+#pragma once
+// The HTTP face of a run (Boost.Beast on its own thread): GET /metrics in
+// Prometheus' text format, GET /healthz (the process serves) and GET /readyz
+// (the run trains). Bad requests never reach training: a malformed one gets
+// 400, an unknown path 404, another method 405, a header or body over the
+// limit 431 or 413, and a client that does not send a whole request within
+// request_timeout (a slowloris) is disconnected. At most max_connections are
+// served at once; more are closed as they arrive. Binds to loopback unless
+// told otherwise.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "service/metrics_board.hpp"
+
+namespace dpactor {
+
+struct http_service_options {
+  std::string address = "127.0.0.1";
+  std::uint16_t port = 0;  // 0: the system chooses
+  std::size_t max_connections = 64;
+  std::size_t max_header_bytes = 8 * 1024;
+  std::size_t max_body_bytes = 64 * 1024;
+  // A whole request, from its first byte or the connection's start.
+  std::chrono::milliseconds request_timeout{5'000};
+};
+
+class http_service {
+ public:
+  // Listens and serves at once. Throws std::runtime_error naming the
+  // address when it cannot listen there.
+  http_service(std::shared_ptr<const metrics_board> board, http_service_options options);
+  ~http_service();  // stops serving; returns once its thread has ended
+  http_service(const http_service&) = delete;
+  http_service& operator=(const http_service&) = delete;
+
+  std::string address() const;
+  std::uint16_t port() const;  // the one bound (port 0 chooses)
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace dpactor

@@ -1,0 +1,149 @@
+#include "service/metrics_board.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <type_traits>
+
+namespace dpactor {
+namespace {
+
+// A label value as the text format wants it: backslash, quote and newline escaped.
+std::string escaped(const std::string& v) {
+  std::string out;
+  for (const char c : v) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '"') out += "\\\"";
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
+
+std::string number(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.17g", v);
+  return text;
+}
+
+// One metric family: its HELP and TYPE lines, then its samples.
+class family {
+ public:
+  family(std::string& out, const char* name, const char* type, const char* help) : out_(out), name_(name) {
+    out_ += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+  }
+  void sample(double v) { out_ += name_ + " " + number(v) + "\n"; }
+  void sample(const std::string& device, double v) {
+    out_ += name_ + "{device=\"" + escaped(device) + "\"} " + number(v) + "\n";
+  }
+
+ private:
+  std::string& out_;
+  std::string name_;
+};
+
+// Membership changes whose reason is a fault, not a start, join or leave.
+bool is_fault(const std::string& reason) {
+  return reason != "start" && reason.find(" joined") == std::string::npos && reason.find(" left") == std::string::npos;
+}
+
+}  // namespace
+
+void metrics_board::on_event(const event& e) {
+  std::lock_guard lock(mutex_);
+  std::visit(
+      [this](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, step_event>) {
+          steps_ = x.step;
+          loss_ = x.loss;
+          accuracy_ = x.accuracy;
+          lr_ = x.lr;
+          samples_per_s_ = x.samples_per_s;
+          generation_ = x.generation;
+          cuts_ += x.cuts;
+          skipped_ += x.skipped;
+          shares_ = x.shares;
+          throughput_ = x.throughput;
+        } else if constexpr (std::is_same_v<T, epoch_event>) {
+          epochs_ = x.epoch + 1;
+          test_loss_ = x.test_loss;
+          test_accuracy_ = x.test_accuracy;
+          requeued_ += x.requeued;
+        } else if constexpr (std::is_same_v<T, membership_event>) {
+          running_ = true;  // a generation trains
+          generation_ = x.generation;
+          members_ = x.members;
+          shares_.clear();
+          throughput_.clear();
+          if (x.generation > 0) ++membership_changes_;
+          if (x.generation > 0 && is_fault(x.reason)) ++faults_;
+        } else if constexpr (std::is_same_v<T, recovery_event>) {
+          ++recoveries_;
+          last_recovery_s_ = x.recovery_ms / 1000.0;
+        } else if constexpr (std::is_same_v<T, checkpoint_event>) {
+          checkpoint_step_ = x.step;
+          checkpoint_at_ = clock::now();
+        }
+      },
+      e);
+}
+
+void metrics_board::set_running(bool running) {
+  std::lock_guard lock(mutex_);
+  running_ = running;
+}
+
+bool metrics_board::running() const {
+  std::lock_guard lock(mutex_);
+  return running_;
+}
+
+std::string metrics_board::prometheus_text(clock::time_point now) const {
+  std::lock_guard lock(mutex_);
+  std::string out;
+  family(out, "dpactor_running", "gauge", "1 while the run trains.").sample(running_ ? 1 : 0);
+  family(out, "dpactor_steps_total", "counter", "Optimizer steps done.").sample(static_cast<double>(steps_));
+  family(out, "dpactor_epochs_total", "counter", "Epochs completed.").sample(static_cast<double>(epochs_));
+  family(out, "dpactor_train_samples_per_second", "gauge", "Training throughput over the last logging window.")
+      .sample(samples_per_s_);
+  family(out, "dpactor_train_loss", "gauge", "Mean training loss over the last logging window.").sample(loss_);
+  family(out, "dpactor_train_accuracy_ratio", "gauge", "Training accuracy over the last logging window.")
+      .sample(accuracy_);
+  if (test_loss_) family(out, "dpactor_test_loss", "gauge", "Test loss at the last epoch's end.").sample(*test_loss_);
+  if (test_accuracy_)
+    family(out, "dpactor_test_accuracy_ratio", "gauge", "Test accuracy at the last epoch's end.").sample(*test_accuracy_);
+  family(out, "dpactor_learning_rate", "gauge", "Learning rate of the last step.").sample(lr_);
+  family(out, "dpactor_generation", "gauge", "Current generation (membership epoch).").sample(static_cast<double>(generation_));
+  family(out, "dpactor_members", "gauge", "Devices in the current generation.").sample(static_cast<double>(members_.size()));
+  if (shares_.size() == members_.size() && !members_.empty()) {
+    family share(out, "dpactor_device_share_ratio", "gauge", "Each device's share of the global batch.");
+    for (std::size_t r = 0; r < members_.size(); ++r) share.sample(members_[r], shares_[r]);
+  }
+  if (throughput_.size() == members_.size() && !members_.empty()) {
+    family speed(out, "dpactor_device_samples_per_second", "gauge", "Each device's smoothed throughput.");
+    for (std::size_t r = 0; r < members_.size(); ++r) speed.sample(members_[r], throughput_[r]);
+  }
+  family(out, "dpactor_cuts_total", "counter", "Devices cut short at their step deadline.").sample(static_cast<double>(cuts_));
+  family(out, "dpactor_skipped_steps_total", "counter", "Steps not applied for non-finite values.")
+      .sample(static_cast<double>(skipped_));
+  family(out, "dpactor_membership_changes_total", "counter", "Generations started after the first.")
+      .sample(static_cast<double>(membership_changes_));
+  family(out, "dpactor_faults_total", "counter", "Membership changes caused by a failed, hung or lost device.")
+      .sample(static_cast<double>(faults_));
+  family(out, "dpactor_recoveries_total", "counter", "Steps committed after a fault.").sample(static_cast<double>(recoveries_));
+  family(out, "dpactor_last_recovery_seconds", "gauge", "From the last fault's detection to the next committed step.")
+      .sample(last_recovery_s_);
+  family(out, "dpactor_requeued_samples_total", "counter", "Sample indices handed out again (cuts and faults), by epoch ends.")
+      .sample(static_cast<double>(requeued_));
+  if (checkpoint_step_) {
+    family(out, "dpactor_checkpoint_step", "gauge", "Step of the last checkpoint written.")
+        .sample(static_cast<double>(*checkpoint_step_));
+    family(out, "dpactor_checkpoint_age_seconds", "gauge", "Time since the last checkpoint was written.")
+        .sample(std::chrono::duration<double>(now - checkpoint_at_).count());
+  }
+  return out;
+}
+
+}  // namespace dpactor

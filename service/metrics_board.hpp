@@ -1,0 +1,51 @@
+#pragma once
+// What a running job looks like from outside, gathered from the engine's
+// events (train/events.hpp) and rendered in Prometheus' text exposition
+// format (version 0.0.4) for GET /metrics. No threads of its own: the event
+// callback calls on_event(), a scrape calls prometheus_text(), from any
+// threads.
+//
+// Naming follows Prometheus' conventions: a `dpactor_` prefix, base units
+// (seconds, ratios), `_total` on counters, per-device series labelled
+// `device`. A checkpoint's age is computed at scrape time.
+
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "train/events.hpp"
+
+namespace dpactor {
+
+class metrics_board {
+ public:
+  using clock = std::chrono::steady_clock;
+
+  void on_event(const event& e);
+  // Whether the run trains: from its first generation (a membership event)
+  // until set_running(false) at its end.
+  void set_running(bool running);
+  bool running() const;
+  std::string prometheus_text(clock::time_point now = clock::now()) const;
+
+ private:
+  mutable std::mutex mutex_;
+  bool running_ = false;
+  std::int64_t steps_ = 0;
+  std::int64_t epochs_ = 0;
+  double loss_ = 0.0, accuracy_ = 0.0, lr_ = 0.0, samples_per_s_ = 0.0;
+  std::optional<double> test_loss_, test_accuracy_;
+  std::int64_t generation_ = 0;
+  std::vector<std::string> members_;
+  std::vector<double> shares_, throughput_;
+  std::int64_t cuts_ = 0, skipped_ = 0, membership_changes_ = 0, faults_ = 0, recoveries_ = 0;
+  double last_recovery_s_ = 0.0;
+  std::int64_t requeued_ = 0;
+  std::optional<std::int64_t> checkpoint_step_;
+  clock::time_point checkpoint_at_{};
+};
+
+}  // namespace dpactor

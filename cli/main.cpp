@@ -245,7 +245,7 @@ int run(int argc, char** argv, cli::signal_watch& signals) {
     } catch (const std::exception& e) {
       return fail(e.what(), cli::exit_config);
     }
-    spdlog::info("serving HTTP on {}:{} (/metrics, /healthz, /readyz)", service->address(), service->port());
+    spdlog::info("serving HTTP on {}:{} (/metrics, /status, /healthz, /readyz)", service->address(), service->port());
   }
   engine.on_event([&](const event& e) {
     if (board) board->on_event(e);

@@ -400,7 +400,7 @@ const std::vector<key_spec>& keys() {
     b.section = "service";
     b.string("listen", [](job_config& c) -> std::string& { return c.service.listen; },
              "Serve the run over HTTP at ADDR:PORT (port 0: the system chooses; the address is printed): "
-             "GET /metrics (Prometheus), /healthz, /readyz. Empty: no endpoint. Also --serve. Bind to a loopback "
+             "GET /metrics (Prometheus), /status (JSON), /healthz, /readyz. Empty: no endpoint. Also --serve. Bind to a loopback "
              "address unless the network is trusted.");
 
     b.section = "faults";

@@ -35,7 +35,7 @@ http::response<http::string_body> text_response(unsigned version, http::status s
 http::response<http::string_body> answer(const shared_state& s, const http::request<http::string_body>& req) {
   const std::string target(req.target());
   const std::string path = target.substr(0, target.find('?'));
-  const bool known = path == "/metrics" || path == "/healthz" || path == "/readyz";
+  const bool known = path == "/metrics" || path == "/status" || path == "/healthz" || path == "/readyz";
   if (!known) return text_response(req.version(), http::status::not_found, "not found: " + path + "\n");
   if (req.method() != http::verb::get && req.method() != http::verb::head) {
     auto res = text_response(req.version(), http::status::method_not_allowed, path + " answers GET only\n");
@@ -45,6 +45,8 @@ http::response<http::string_body> answer(const shared_state& s, const http::requ
   if (path == "/metrics")
     return text_response(req.version(), http::status::ok, s.board->prometheus_text(),
                          "text/plain; version=0.0.4; charset=utf-8");
+  if (path == "/status")
+    return text_response(req.version(), http::status::ok, s.board->status().dump() + "\n", "application/json");
   if (path == "/healthz") return text_response(req.version(), http::status::ok, "ok\n");
   return s.board->running() ? text_response(req.version(), http::status::ok, "ready\n")
                             : text_response(req.version(), http::status::service_unavailable, "not ready\n");

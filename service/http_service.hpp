@@ -1,7 +1,7 @@
 #pragma once
 // The HTTP face of a run (Boost.Beast on its own thread): GET /metrics in
-// Prometheus' text format, GET /healthz (the process serves) and GET /readyz
-// (the run trains). Bad requests never reach training: a malformed one gets
+// Prometheus' text format, GET /status (JSON), GET /healthz (the process
+// serves) and GET /readyz (the run trains). Bad requests never reach training: a malformed one gets
 // 400, an unknown path 404, another method 405, a header or body over the
 // limit 431 or 413, and a client that does not send a whole request within
 // request_timeout (a slowloris) is disconnected. At most max_connections are

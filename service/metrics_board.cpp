@@ -100,6 +100,35 @@ bool metrics_board::running() const {
   return running_;
 }
 
+json metrics_board::status(clock::time_point now) const {
+  std::lock_guard lock(mutex_);
+  json members = json::array();
+  for (std::size_t r = 0; r < members_.size(); ++r) {
+    json m{{"name", members_[r]}};
+    m["share"] = r < shares_.size() ? json(shares_[r]) : json(nullptr);
+    m["samples_per_s"] = r < throughput_.size() ? json(throughput_[r]) : json(nullptr);
+    members.push_back(std::move(m));
+  }
+  json checkpoint = nullptr;
+  if (checkpoint_step_)
+    checkpoint = json{{"step", *checkpoint_step_}, {"age_s", std::chrono::duration<double>(now - checkpoint_at_).count()}};
+  return json{{"running", running_},
+              {"step", steps_},
+              {"epochs", epochs_},
+              {"loss", loss_},
+              {"accuracy", accuracy_},
+              {"samples_per_s", samples_per_s_},
+              {"lr", lr_},
+              {"test_loss", test_loss_ ? json(*test_loss_) : json(nullptr)},
+              {"test_accuracy", test_accuracy_ ? json(*test_accuracy_) : json(nullptr)},
+              {"generation", generation_},
+              {"members", std::move(members)},
+              {"cuts", cuts_},
+              {"faults", faults_},
+              {"recoveries", recoveries_},
+              {"checkpoint", std::move(checkpoint)}};
+}
+
 std::string metrics_board::prometheus_text(clock::time_point now) const {
   std::lock_guard lock(mutex_);
   std::string out;

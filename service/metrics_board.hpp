@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "tensors/json.hpp"
 #include "train/events.hpp"
 
 namespace dpactor {
@@ -30,6 +31,12 @@ class metrics_board {
   void set_running(bool running);
   bool running() const;
   std::string prometheus_text(clock::time_point now = clock::now()) const;
+  // The same state as one JSON object, for GET /status: running, step,
+  // epochs, loss, accuracy, samples_per_s, lr, test_loss and test_accuracy
+  // (null before the first epoch's end), generation, members (name, share,
+  // samples_per_s each), cuts, faults, recoveries, checkpoint (step and
+  // age_s, or null).
+  json status(clock::time_point now = clock::now()) const;
 
  private:
   mutable std::mutex mutex_;

@@ -120,6 +120,21 @@ TEST(Metrics, TheTextParsesAndSaysWhatTheEventsSaid) {
   EXPECT_EQ(m.at("dpactor_requeued_samples_total"), 64.0);
 }
 
+TEST(Metrics, StatusIsTheSameStateAsJson) {
+  auto board = a_board_after_a_fault();
+  const json s = board->status(metrics_board::clock::now() + 3s);
+  EXPECT_EQ(s.at("step"), 200);
+  EXPECT_EQ(s.at("generation"), 2);
+  EXPECT_EQ(s.at("faults"), 1);
+  EXPECT_EQ(s.at("cuts"), 3);
+  ASSERT_EQ(s.at("members").size(), 2u);
+  EXPECT_EQ(s.at("members")[1].at("name"), "cpu:2");
+  EXPECT_DOUBLE_EQ(s.at("members")[1].at("share").get<double>(), 0.4);
+  EXPECT_DOUBLE_EQ(s.at("test_accuracy").get<double>(), 0.84);
+  EXPECT_EQ(s.at("checkpoint").at("step"), 200);
+  EXPECT_GE(s.at("checkpoint").at("age_s").get<double>(), 2.9);
+}
+
 TEST(Metrics, LabelValuesAreEscaped) {
   metrics_board board;
   board.on_event(membership_event{0, 0, {"node \"a\"\\b\nc/cpu:0"}, {1}, "start"});
@@ -174,6 +189,14 @@ TEST(Http, EndpointsAnswerAsDocumented) {
   EXPECT_NE(metrics.find("Content-Type: text/plain; version=0.0.4"), std::string::npos) << metrics;
   const auto body = metrics.substr(metrics.find("\r\n\r\n") + 4);
   EXPECT_EQ(parse_prometheus(body).at("dpactor_members"), 1.0);
+  const std::string status = get(port, "/status");
+  EXPECT_EQ(status_of(status), 200) << status;
+  EXPECT_NE(status.find("Content-Type: application/json"), std::string::npos) << status;
+  const json st = json::parse(status.substr(status.find("\r\n\r\n") + 4));
+  EXPECT_EQ(st.at("running"), true);
+  EXPECT_EQ(st.at("members").size(), 1u);
+  EXPECT_EQ(st.at("members")[0].at("name"), "cpu:0");
+  EXPECT_TRUE(st.at("test_accuracy").is_null()) << "no epoch has ended";
   EXPECT_EQ(status_of(get(port, "/nothing-here")), 404);
   const std::string post = get(port, "/metrics", "POST");
   EXPECT_EQ(status_of(post), 405);

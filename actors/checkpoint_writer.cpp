@@ -15,7 +15,7 @@ checkpoint_writer_actor::behavior_type checkpoint_writer_behavior(std::shared_pt
         record.shuffle = setup->shuffle;
         record.train_samples = setup->train_samples;
         record.config = setup->config_toml;
-        checkpoint_written_msg reply{msg.step, {}, {}};
+        checkpoint_written_msg reply{msg.step, {}, {}, msg.position.stream.committed};
         try {
           reply.path = setup->directory->write(setup->layout, msg.state, record, setup->keep).string();
         } catch (const std::exception& e) {

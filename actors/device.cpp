@@ -45,9 +45,10 @@ void run_step(device_ptr self, const step_shard& shard) {
   const bool record = st.setup->on_trained || st.setup->trained_to_reducer;
   const std::uint64_t carried = st.setup->verify_replicas || record ? model.state_checksum() : 0;
   const std::int64_t counter = model.optimizer_steps();
+  const dataset& rows = shard.rows ? *shard.rows : *st.setup->train;
   const step_runner::computed c =
-      shard.sliced() ? st.runner->compute_slices(shard, model, *st.setup->train, *st.setup->control, *st.group)
-                     : st.runner->compute(shard, model, *st.setup->train, *st.setup->control, *st.group, st.comm.get());
+      shard.sliced() ? st.runner->compute_slices(shard, model, rows, *st.setup->control, *st.group)
+                     : st.runner->compute(shard, model, rows, *st.setup->control, *st.group, st.comm.get());
   // A sliced step returns nothing: what a member did not compute, another did.
   const std::size_t returned = c.sliced ? 0 : shard.indices.size() - c.done;
   if (returned > 0)
@@ -63,6 +64,11 @@ void run_step(device_ptr self, const step_shard& shard) {
   else st.last_step = shard.step;
   st.setup->control->progress.mark(device_phase::data, shard.step + 1);
   st.setup->control->progress.end_warm_up();
+  if (st.rank == 0 && st.setup->latest && applied && st.setup->latest->due()) {
+    st.latest_scratch.resize(st.setup->latest->parameter_count());
+    model.copy_parameters(st.latest_scratch);
+    st.setup->latest->publish(model.optimizer_steps(), st.latest_scratch);
+  }
   if (record && !st.halted) {
     trained_event e{st.setup->name, shard.step, shard.epoch, c.stats.samples, c.digest, carried};
     if (st.setup->trained_to_reducer) self->send(st.reducer, std::move(e));

@@ -40,6 +40,7 @@
 #include "train/straggler.hpp"
 #include "comms/collective.hpp"
 #include "data/dataset.hpp"
+#include "train/latest_parameters.hpp"
 #include "tensors/lr_schedule.hpp"
 #include "tensors/replica.hpp"
 #include "tensors/rng.hpp"
@@ -67,6 +68,9 @@ struct device_setup {
   bucket_limits buckets;  // on backends that overlap (See Note [Gradient buckets])
   // train.record_trained: told what this device trained in every step it applied.
   std::function<void(const trained_event&)> on_trained;
+  // service.snapshot_every_s: rank 0 publishes its parameters here (See
+  // train/latest_parameters.hpp). Null: off.
+  std::shared_ptr<latest_parameters> latest;
   // Or, in another process than the reducer, sends it to the reducer.
   bool trained_to_reducer = false;
   // A device in another process than the reducer gets tickets without the
@@ -84,6 +88,7 @@ struct late_reporter final : late_observer {
 
 struct device_state {
   std::shared_ptr<device_setup> setup;
+  std::vector<float> latest_scratch;  // a parameter copy on its way to setup->latest
   std::shared_ptr<collective_group> group;
   std::unique_ptr<collective> comm;
   reducer_actor reducer;  // from the generation's begin message

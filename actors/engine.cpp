@@ -1,6 +1,7 @@
 #include "actors/engine.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <future>
 #include <mutex>
 #include <optional>
@@ -42,12 +43,6 @@ void warn_once_about_blas_kernels() {
 
 }  // namespace
 
-std::span<const float> parameter_snapshot::tensor(const std::string& name) const {
-  const tensor_spec* t = layout.find(name);
-  if (t == nullptr) throw std::out_of_range("no tensor named " + name);
-  return std::span<const float>(values).subspan(t->offset, t->numel());
-}
-
 // Shard messages queued ahead at each device when some devices are in other
 // processes (see Engine::start).
 constexpr std::int64_t remote_prefetch = 32;
@@ -77,6 +72,54 @@ struct Engine::impl {
   std::atomic<bool> running{false};
   std::chrono::steady_clock::time_point started;
   state_layout layout;
+
+  // Stream mode: the run's queue, and the thread that pulls from
+  // options.records into it.
+  mutable std::mutex stream_mutex;
+  std::shared_ptr<record_queue> stream;
+  std::atomic<std::int64_t> committed_sequence{-1};
+  std::atomic<bool> pulling{false};
+  std::thread puller;
+  // service.snapshot_every_s: what the first member publishes for serving.
+  std::shared_ptr<latest_parameters> latest;
+
+  std::shared_ptr<record_queue> current_stream() const {
+    std::lock_guard lock(stream_mutex);
+    return stream;
+  }
+
+  // Pulls records from the source into the queue until the stream ends or
+  // the run does (See record_source).
+  void pull_records(std::shared_ptr<record_source> source, std::shared_ptr<record_queue> queue, std::size_t batch) {
+    try {
+      source->seek(committed_sequence.load());
+      std::vector<record> got;
+      while (pulling) {
+        got.clear();
+        const bool more = source->pull(got, batch);
+        std::span<const record> rest(got);
+        while (!rest.empty() && pulling) {
+          const feed_result r = queue->push(rest, std::chrono::milliseconds(100));
+          rest = rest.subspan(r.taken);
+          if (r.status == feed_result::outcome::closed) return;
+        }
+        if (!more) {
+          queue->close();
+          return;
+        }
+      }
+    } catch (const std::exception& e) {
+      // A source that fails ends the stream: what it gave is trained.
+      spdlog::error("the record source failed: {}; the stream ends here", e.what());
+      queue->close();
+    }
+  }
+
+  void stop_pulling() {
+    pulling = false;
+    if (auto q = current_stream()) q->shut();
+    if (puller.joinable()) puller.join();
+  }
 
   // Every device ever spawned (joins too), for the shutdown's report.
   struct spawned_device {
@@ -179,6 +222,9 @@ bool Engine::left_threads_behind() const noexcept { return impl_->left_behind; }
 
 void Engine::stop() {
   impl_->stop_requested = true;
+  // What is queued stays untrained: the run stops at a step boundary, and a
+  // resumed run gets those records again from the replay.
+  if (const auto queue = impl_->current_stream()) queue->shut();
   std::shared_lock lock(impl_->system_mutex);
   if (impl_->system && impl_->reducer) caf::anon_send(impl_->reducer, stop_atom::value);
 }
@@ -190,12 +236,39 @@ void Engine::start() {
   const job_config& config = m.config;
   m.started = std::chrono::steady_clock::now();
 
+  if (config.train.mode == train_mode::stream && m.options.coordinator)
+    throw config_error(config.source + ": train.mode = \"stream\" trains in one process in this version: records are "
+                       "fed to its engine, and a coordinator's workers read their data from files");
   const auto plan = std::make_shared<const launch_plan>(prepare_launch(config, m.options, replica_count()));
+  std::shared_ptr<latest_parameters> latest;
+  if (config.service.snapshot_every_s > 0.0) {
+    flat_layout params;
+    for (std::size_t i = 0; i < plan->layout.parameter_tensors; ++i) {
+      const auto& t = plan->layout.layout.tensors()[i];
+      params.add(t.name, t.shape);
+    }
+    latest = std::make_shared<latest_parameters>(
+        std::move(params), std::chrono::milliseconds(static_cast<std::int64_t>(config.service.snapshot_every_s * 1000.0)));
+  }
+  {
+    std::lock_guard lock(m.stream_mutex);
+    m.latest = latest;
+  }
   set_blas_threads(plan->blas_threads);
   m.layout = plan->layout;
   // Takes the checkpoint directory's lock before anything starts (throws).
   const auto writer_setup = config.train.checkpoint_dir.empty() ? nullptr : make_writer_setup(config, *plan);
-  m.control = std::make_shared<run_control>(m.callback);
+  m.committed_sequence = plan->resume_position ? plan->resume_position->stream.committed : -1;
+  {
+    std::lock_guard lock(m.stream_mutex);
+    m.stream = plan->stream;
+  }
+  // The committed sequence number follows the checkpoints written.
+  m.control = std::make_shared<run_control>([&m, callback = m.callback](const event& e) {
+    if (const auto* c = std::get_if<checkpoint_event>(&e); c && c->committed_sequence >= 0)
+      m.committed_sequence = c->committed_sequence;
+    if (callback) callback(e);
+  });
   m.outcome = m.control->outcome();
 
   std::unique_ptr<caf::actor_system_config> cfg;
@@ -226,8 +299,9 @@ void Engine::start() {
     m.spawned->clear();
   }
   auto spawn_device = [&config, plan, control = m.control, sys = system.get(), spawned = m.spawned,
-                       spawned_mutex = m.spawned_mutex](int id) {
+                       spawned_mutex = m.spawned_mutex, latest](int id) {
     std::shared_ptr<device_setup> setup = make_device_setup(config, *plan, id);
+    setup->latest = latest;
     if (config.train.record_trained) setup->on_trained = [control](const trained_event& e) { control->emit(e); };
     {
       std::lock_guard lock(*spawned_mutex);
@@ -349,6 +423,35 @@ void Engine::start() {
   // before the first generation's plan, and issues nothing.
   if (m.stop_requested) caf::anon_send(reducer, stop_atom::value);
   caf::anon_send(reducer, start_atom::value);
+  if (m.options.records && plan->stream) {
+    m.pulling = true;
+    m.puller = std::thread(&impl::pull_records, &m, m.options.records, plan->stream,
+                           static_cast<std::size_t>(config.train.batch_size));
+  }
+}
+
+feed_result Engine::feed(std::span<const record> records, std::chrono::milliseconds wait) {
+  if (impl_->config.train.mode != train_mode::stream)
+    throw std::logic_error("Engine::feed: the job trains from files (train.mode = \"epochs\"); feeding needs "
+                           "train.mode = \"stream\"");
+  const auto queue = impl_->current_stream();
+  if (!queue) return feed_result{0, 0, feed_result::outcome::closed};
+  return queue->push(records, wait);
+}
+
+void Engine::end_stream() {
+  if (const auto queue = impl_->current_stream()) queue->close();
+}
+
+std::int64_t Engine::committed_sequence() const { return impl_->committed_sequence; }
+
+std::shared_ptr<const parameter_snapshot> Engine::latest_snapshot() const {
+  std::shared_ptr<latest_parameters> latest;
+  {
+    std::lock_guard lock(impl_->stream_mutex);
+    latest = impl_->latest;
+  }
+  return latest ? latest->get() : nullptr;
 }
 
 run_summary Engine::wait() {
@@ -363,6 +466,11 @@ run_summary Engine::wait() {
     error = std::current_exception();
   }
   m.outcome.reset();
+  m.stop_pulling();
+  {
+    std::lock_guard lock(m.stream_mutex);
+    m.stream.reset();
+  }
   // The workers end their devices and exit (See Note [A worker never trains alone]).
   for (const auto& node : m.close_nodes ? m.close_nodes() : std::vector<caf::actor>{}) {
     std::string what;
@@ -407,6 +515,24 @@ void Engine::remove_device(const std::string& name) {
   std::shared_lock lock(m.system_mutex);
   if (!m.system || !m.reducer) throw std::runtime_error("Engine::remove_device: no run in progress");
   caf::anon_send(m.reducer, remove_device_msg{name, "removed"});
+}
+
+void Engine::request_checkpoint() {
+  auto& m = *impl_;
+  if (m.config.train.checkpoint_dir.empty())
+    throw std::logic_error("Engine::request_checkpoint: the job writes no checkpoints (train.checkpoint_dir is empty)");
+  std::shared_lock lock(m.system_mutex);
+  if (!m.system || !m.reducer) throw std::runtime_error("Engine::request_checkpoint: no run in progress");
+  caf::anon_send(m.reducer, checkpoint_atom::value);
+}
+
+void Engine::set_lr(std::optional<double> lr) {
+  if (lr && !(std::isfinite(*lr) && *lr > 0.0))
+    throw std::invalid_argument("Engine::set_lr: the learning rate must be finite and above 0, not " + std::to_string(*lr));
+  auto& m = *impl_;
+  std::shared_lock lock(m.system_mutex);
+  if (!m.system || !m.reducer) throw std::runtime_error("Engine::set_lr: no run in progress");
+  caf::anon_send(m.reducer, lr_msg{lr.value_or(0.0)});
 }
 
 void Engine::inject(const std::string& spec) {

@@ -8,6 +8,13 @@
 //   engine.stop();                       // optional: stop at the next step boundary
 //   dpactor::run_summary s = engine.wait();
 //
+// In stream mode (train.mode = "stream") a service feeds the records to train
+// and commits its upstream offset at each checkpoint event:
+//
+//   engine.start();                          // resumed: replay from committed_sequence() + 1
+//   engine.feed(records, std::chrono::seconds(1));
+//   engine.on_event(...)  -> checkpoint_event::committed_sequence
+//
 // Every member function is thread-safe. An engine can be started again after
 // wait() returned. This header includes no CAF.
 
@@ -24,8 +31,10 @@
 #include "config/job_config.hpp"
 #include "actors/run_control.hpp"
 #include "comms/collective.hpp"
+#include "data/record_queue.hpp"
 #include "tensors/error.hpp"
 #include "tensors/flat_layout.hpp"
+#include "train/latest_parameters.hpp"
 
 namespace dpactor {
 
@@ -50,15 +59,9 @@ struct run_options {
   // member count. Empty: NCCL on GPUs, the in-process `local` backend on CPUs.
   std::function<std::shared_ptr<collective_group>(int members)> collective_backend;
   std::optional<coordinator_options> coordinator;
-};
-
-// Parameters of the model at one step boundary, laid out as in a
-// checkpoint's model.safetensors.
-struct parameter_snapshot {
-  std::int64_t step = 0;  // optimizer steps done when it was taken
-  flat_layout layout;
-  std::vector<float> values;
-  std::span<const float> tensor(const std::string& name) const;
+  // Stream mode: a source the engine pulls records from on a thread of its
+  // own, in place of (or besides) Engine::feed. Its end ends the run.
+  std::shared_ptr<record_source> records;
 };
 
 class Engine {
@@ -97,6 +100,34 @@ class Engine {
   // Removes a device gracefully at the next step boundary (asynchronous; see
   // the membership events).
   void remove_device(const std::string& name);
+  // Stream mode (train.mode = "stream"; See Note [Exactly-once offsets] in
+  // data/record_queue.hpp). Queues records to train, in the order of their
+  // sequence numbers, waiting up to `wait` while the queue
+  // (train.stream_queue) is full; records not above the last one fed, or
+  // already trained before a resume, are skipped. Throws data_error for a
+  // malformed record (nothing of the call is queued then), std::logic_error
+  // outside stream mode. Without a run in progress: status closed.
+  feed_result feed(std::span<const record> records, std::chrono::milliseconds wait = std::chrono::milliseconds(0));
+  // The end of the stream: what is queued is trained (the last step with
+  // what is left), a checkpoint is written, and the run ends.
+  void end_stream();
+  // The highest sequence number S such that every record fed up to S is
+  // trained and inside a written checkpoint (-1: none). Resumed, the
+  // checkpoint's, before start() returns: replay the stream from S + 1.
+  std::int64_t committed_sequence() const;
+
+  // Asks for a checkpoint at the next step boundary (after the last step
+  // handed out; at once when a stream waits for records); the checkpoint
+  // event follows. Throws std::logic_error without train.checkpoint_dir,
+  // std::runtime_error if no run is in progress.
+  void request_checkpoint();
+  // Trains with this learning rate instead of the schedule's from the next
+  // step handed out on, on every replica alike; nullopt: the schedule's
+  // again. Not kept in checkpoints. Throws std::invalid_argument for a rate
+  // that is not finite and above 0, std::runtime_error if no run is in
+  // progress.
+  void set_lr(std::optional<double> lr);
+
   // Injects a fault spec (docs/faults.md) into the running job; throws
   // config_error for a malformed spec.
   void inject(const std::string& spec);
@@ -104,6 +135,12 @@ class Engine {
   // The current parameters, read between two steps of the first member.
   // Throws std::runtime_error if no run is in progress or on timeout.
   parameter_snapshot snapshot(std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  // The newest of the copies the first member makes every
+  // service.snapshot_every_s between two of its steps (its `step` is the
+  // version): for serving predictions while training. Never waits, never
+  // holds training up. Null before the first copy, or with copies off; the
+  // last one stays after the run ends.
+  std::shared_ptr<const parameter_snapshot> latest_snapshot() const;
 
   const job_config& config() const noexcept;
   // Number of replicas a run of this config uses.

@@ -30,7 +30,12 @@ void load_initial_state(const job_config& config, const run_options& options, la
     loaded_checkpoint ckpt = read_checkpoint(options.resume_from, plan.layout);
     const trainer_record& r = ckpt.record;
     const std::string where = ckpt.directory.string() + ": ";
-    if (r.train_samples != plan.data.train->rows)
+    const bool stream = config.train.mode == train_mode::stream;
+    if (r.position.stream.active != stream)
+      throw config_error(where + "the checkpoint is of a run with train.mode = \"" +
+                         (r.position.stream.active ? "stream" : "epochs") + "\"; this config has train.mode = \"" +
+                         (stream ? "stream" : "epochs") + "\"");
+    if (!stream && r.train_samples != plan.data.train->rows)
       throw checkpoint_error(where + "the checkpoint was trained on " + std::to_string(r.train_samples) +
                              " samples, the configured training set has " + std::to_string(plan.data.train->rows));
     if (r.seed != static_cast<std::uint64_t>(config.train.seed) || r.shuffle != config.train.shuffle)
@@ -40,7 +45,11 @@ void load_initial_state(const job_config& config, const run_options& options, la
     plan.initial_state = std::make_shared<const std::vector<float>>(std::move(ckpt.state));
     plan.start_step = r.step;
     plan.resume_position = r.position;
-    spdlog::info("resuming from {} at step {}, epoch {}", ckpt.directory.string(), r.step, r.position.epoch + 1);
+    if (stream)
+      spdlog::info("resuming from {} at step {}: every record up to sequence number {} is trained; replay the stream "
+                   "from {}", ckpt.directory.string(), r.step, r.position.stream.committed, r.position.stream.committed + 1);
+    else
+      spdlog::info("resuming from {} at step {}, epoch {}", ckpt.directory.string(), r.step, r.position.epoch + 1);
     return;
   }
   std::vector<float> state(plan.layout.total_size(), 0.0f);
@@ -86,7 +95,16 @@ launch_plan prepare_launch(const job_config& config, const run_options& options,
                        (starting == 1 ? "" : "s") +
                        (options.coordinator ? " (its own and --wait-devices)" : " (--cpus, --gpus, cluster.cpus)") +
                        ": it could never train");
-  plan.data = load_data(config.data, config.model.inputs(), config.model.outputs());
+  const bool stream = config.train.mode == train_mode::stream;
+  if (stream) {
+    // See Note [Exactly-once offsets]: the records come from the feed, each
+    // step's in a chunk of its own; there is no test set.
+    const auto inputs = static_cast<std::size_t>(config.model.inputs());
+    plan.data.train = std::make_shared<const dataset>("stream", 0, inputs, config.model.outputs());
+    plan.data.test = std::make_shared<const dataset>("stream (no test set)", 0, inputs, config.model.outputs());
+  } else {
+    plan.data = load_data(config.data, config.model.inputs(), config.model.outputs());
+  }
   plan.replicas = replicas;
   // A reproducible run pins one thread per replica (See Note [Summation tree]).
   plan.blas_threads = config.cluster.blas_threads > 0 ? static_cast<int>(config.cluster.blas_threads)
@@ -95,9 +113,14 @@ launch_plan prepare_launch(const job_config& config, const run_options& options,
   plan.layout = make_state_layout(config.model, config.optimizer);
   load_initial_state(config, options, plan);
   const auto rows = static_cast<std::int64_t>(plan.data.train->rows);
-  plan.epoch_steps = (rows + config.train.batch_size - 1) / config.train.batch_size;
+  plan.epoch_steps = std::max<std::int64_t>(1, (rows + config.train.batch_size - 1) / config.train.batch_size);
   plan.run_steps = plan.epoch_steps * config.train.epochs;
-  if (config.train.max_steps > 0) plan.run_steps = std::min(plan.run_steps, config.train.max_steps);
+  if (stream) plan.run_steps = config.train.max_steps > 0 ? config.train.max_steps : config.schedule.total_steps;
+  else if (config.train.max_steps > 0) plan.run_steps = std::min(plan.run_steps, config.train.max_steps);
+  if (stream)
+    plan.stream = std::make_shared<record_queue>(
+        static_cast<std::size_t>(config.train.stream_queue), static_cast<std::size_t>(config.model.inputs()),
+        config.model.outputs(), plan.resume_position ? plan.resume_position->stream : stream_position{});
   plan.schedule = make_lr_schedule(config, plan.run_steps);
   if (config.train.reproducible) {
     const std::int64_t slices = (config.train.batch_size + config.train.micro_batch - 1) / config.train.micro_batch;
@@ -170,6 +193,8 @@ loader_setup make_loader_setup(const job_config& config, const launch_plan& plan
   for (const auto& f : plan.faults)
     if (f.kind == fault_kind::crash && f.target == crash_target::loader) ls.crash_at = f.step - 1;
   ls.resume_position = plan.resume_position;
+  ls.checkpoint_every_s = config.train.checkpoint_every_s;
+  ls.stream = plan.stream;
   return ls;
 }
 

@@ -32,6 +32,7 @@ struct launch_plan {
   std::vector<fault_spec> faults;
   int replicas = 1;
   int blas_threads = 1;                         // per replica
+  std::shared_ptr<record_queue> stream;         // train.mode = "stream": the records to train
 };
 
 // Loads the data and the initial state and plans the run. Throws data_error,

@@ -1,6 +1,7 @@
 #include "actors/loader.hpp"
 
 #include <algorithm>
+#include <numeric>
 #include <stdexcept>
 #include <string>
 
@@ -43,18 +44,43 @@ void start_evaluation(loader_ptr self, bool epoch_end) {
   send_evaluation(self, eval);
 }
 
-// The ledger as a checkpoint after `step` must record it.
+// The ledger, or the stream's position, as a checkpoint after `step` records it.
+ledger_position position_after(const loader_state& st, std::int64_t step) {
+  if (!st.records) return st.issued->position_after(step);
+  ledger_position p;
+  p.stream = st.records->position_after(step);
+  return p;
+}
+
+bool in_flight(const loader_state& st, std::int64_t step) {
+  return st.records ? st.records->in_flight(step) : st.issued->in_flight(step);
+}
+
+void mark_snapshot(loader_state& st, std::int64_t step) {
+  st.last_snapshot_mark = std::chrono::steady_clock::now();
+  if (st.records) st.records->mark_snapshot(step);
+  else st.issued->mark_snapshot(step);
+}
+
 void send_ledger_snapshot(loader_ptr self, std::int64_t step) {
   auto& st = self->state;
-  self->send(st.reducer, ledger_snapshot_msg{step, st.issued->position_after(step)});
+  self->send(st.reducer, ledger_snapshot_msg{step, position_after(st, step)});
 }
 
 // Applies a commit: every step up to `through`, whose cut indices go back to
-// the ledger while the rest is trained.
+// the ledger (or the stream) while the rest is trained.
 void apply_commit(loader_ptr self, const committed_msg& msg) {
   auto& st = self->state;
-  for (auto& s : st.issued->commit(msg.through, msg.returned))
-    self->send(st.reducer, ledger_snapshot_msg{s.step, std::move(s.position)});
+  if (st.records) {
+    for (auto& s : st.records->commit(msg.through, msg.returned)) {
+      ledger_position p;
+      p.stream = std::move(s.position);
+      self->send(st.reducer, ledger_snapshot_msg{s.step, std::move(p)});
+    }
+  } else {
+    for (auto& s : st.issued->commit(msg.through, msg.returned))
+      self->send(st.reducer, ledger_snapshot_msg{s.step, std::move(s.position)});
+  }
   st.committed_step = std::max(st.committed_step, msg.through);
 }
 
@@ -94,8 +120,8 @@ void finish(loader_ptr self, bool evaluated) {
   if (!evaluated) start_evaluation(self, false);
   if (st.setup.checkpoints) {
     self->send(members.at(0), snapshot_msg{st.plan.generation, last});
-    if (st.issued->in_flight(last))
-      st.issued->mark_snapshot(last);
+    if (in_flight(st, last))
+      mark_snapshot(st, last);
     else
       send_ledger_snapshot(self, last);  // already committed (or nothing trained)
   }
@@ -104,11 +130,29 @@ void finish(loader_ptr self, bool evaluated) {
                                        st.requeued_before + static_cast<std::int64_t>(st.issued->ledger().requeued_total())});
 }
 
+// Stream mode: whether a step's records are there: a whole batch, or what is
+// left at the end of the stream.
+bool records_ready(const loader_state& st) {
+  const std::size_t available = st.records->available();
+  return available >= static_cast<std::size_t>(st.setup.batch_size) || (available > 0 && st.records->queue().closed());
+}
+
 // Whether the next step may go out: not past max_steps or a pause point.
 bool may_issue(const loader_state& st) {
   if (st.setup.max_steps > 0 && st.next_step >= st.setup.max_steps) return false;
   if (st.pause_after && st.next_step > *st.pause_after) return false;
-  return st.issued->ledger().waiting() > 0;
+  return st.records ? records_ready(st) : st.issued->ledger().waiting() > 0;
+}
+
+// A checkpoint is due after `step`: every checkpoint_every steps, or
+// checkpoint_every_s after the last one.
+bool snapshot_due(const loader_state& st, std::int64_t step) {
+  if (!st.setup.checkpoints) return false;
+  if (st.checkpoint_requested) return true;
+  if (st.setup.checkpoint_every > 0 && (step + 1) % st.setup.checkpoint_every == 0) return true;
+  return st.setup.checkpoint_every_s > 0.0 &&
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - st.last_snapshot_mark).count() >=
+             st.setup.checkpoint_every_s;
 }
 
 // Sends each member a message with up to steps_per_message consecutive steps.
@@ -127,12 +171,22 @@ void issue_message(loader_ptr self) {
     const epoch_ledger& ledger = st.issued->ledger();
     const std::int64_t epoch = ledger.epoch();
     // See Note [Schedule position]: reproducible mode has no cuts, and there
-    // the position is the step's index, also when a fault re-plans the step.
-    const double position = st.setup.slice_rows > 0
+    // the position is the step's index, also when a fault re-plans the step;
+    // a stream has no epochs to place a step in.
+    const double position = st.setup.slice_rows > 0 || st.records
                                 ? static_cast<double>(step)
                                 : schedule_position(epoch, st.setup.epoch_steps, ledger.samples() - ledger.waiting(),
                                                     st.setup.batch_size);
-    const auto indices = st.issued->issue(step, static_cast<std::size_t>(st.setup.batch_size));
+    std::shared_ptr<const dataset> rows;
+    if (st.records) {
+      // A stream's step addresses the rows of its own chunk.
+      rows = st.records->issue(step, static_cast<std::size_t>(st.setup.batch_size));
+      st.chunk_rows.resize(rows->rows);
+      std::iota(st.chunk_rows.begin(), st.chunk_rows.end(), 0u);
+    }
+    const std::span<const std::uint32_t> indices =
+        st.records ? std::span<const std::uint32_t>(st.chunk_rows)
+                   : st.issued->issue(step, static_cast<std::size_t>(st.setup.batch_size));
     const std::size_t rotation = static_cast<std::size_t>(step) % members.size();
     if (st.setup.slice_rows > 0) {
       // Every member gets the whole step and a range of its slices (See Note
@@ -143,8 +197,8 @@ void issue_message(loader_ptr self) {
       std::uint32_t first = 0;
       for (std::size_t r = 0; r < members.size(); ++r) {
         const auto last = first + static_cast<std::uint32_t>(sizes[r]);
-        out[r].steps.push_back(
-            step_shard{step, epoch, {indices.begin(), indices.end()}, st.setup.slice_rows, first, last, board, position});
+        out[r].steps.push_back(step_shard{step, epoch, {indices.begin(), indices.end()}, st.setup.slice_rows, first,
+                                          last, board, position, st.lr_override, rows});
         first = last;
       }
     } else {
@@ -152,12 +206,14 @@ void issue_message(loader_ptr self) {
       std::size_t begin = 0;
       for (std::size_t r = 0; r < members.size(); ++r) {
         const auto part = indices.subspan(begin, sizes[r]);
-        out[r].steps.push_back(step_shard{step, epoch, {part.begin(), part.end()}, 0, 0, 0, nullptr, position});
+        out[r].steps.push_back(
+            step_shard{step, epoch, {part.begin(), part.end()}, 0, 0, 0, nullptr, position, st.lr_override, rows});
         begin += sizes[r];
       }
     }
-    if (st.setup.checkpoints && st.setup.checkpoint_every > 0 && (step + 1) % st.setup.checkpoint_every == 0) {
-      st.issued->mark_snapshot(step);
+    if (snapshot_due(st, step)) {
+      st.checkpoint_requested = false;
+      mark_snapshot(st, step);
       snapshot_step = step;
     }
   }
@@ -165,9 +221,88 @@ void issue_message(loader_ptr self) {
   if (snapshot_step) self->send(members.at(0), snapshot_msg{st.plan.generation, *snapshot_step});
 }
 
+// A checkpoint asked for from outside: after the last step issued, or, when
+// every issued step is committed (a stream waiting for records), after the
+// last one committed, at once.
+void checkpoint_soon(loader_ptr self) {
+  auto& st = self->state;
+  if (!st.setup.checkpoints || !st.have_plan || st.finished) return;
+  const std::int64_t last = st.next_step - 1;
+  if (last < 0) {
+    st.checkpoint_requested = true;  // nothing trained yet: with the first step
+    return;
+  }
+  if (in_flight(st, last)) {
+    if (st.records ? st.records->snapshot_marked(last) : st.issued->snapshot_marked(last)) return;  // already coming
+    mark_snapshot(st, last);
+  } else {
+    st.last_snapshot_mark = std::chrono::steady_clock::now();
+    send_ledger_snapshot(self, last);
+  }
+  self->send(st.plan.members.at(0), snapshot_msg{st.plan.generation, last});
+}
+
+void set_idle(loader_ptr self, bool idle) {
+  auto& st = self->state;
+  if (st.idle == idle) return;
+  st.idle = idle;
+  self->send(st.reducer, idle_msg{st.plan.generation, idle});
+}
+
+// Stream mode: issues steps while records are there; See Note [Work flows
+// through the loader].
+void pump_stream(loader_ptr self) {
+  auto& st = self->state;
+  while (st.have_plan && !st.finished && !st.paused) {
+    if (st.stop_requested) {
+      finish(self, false);
+      return;
+    }
+    const std::int64_t in_flight = st.next_step - st.committed_step - 1;
+    if (st.pause_after && st.next_step > *st.pause_after) {
+      st.paused = true;
+      self->send(st.reducer, paused_msg{st.plan.generation, st.next_step - 1});
+      return;
+    }
+    if (st.setup.max_steps > 0 && st.next_step >= st.setup.max_steps) {
+      finish(self, false);
+      return;
+    }
+    if (st.records->drained()) {
+      if (in_flight == 0) finish(self, false);  // the end of the stream, all of it committed
+      return;
+    }
+    if (!records_ready(st)) {
+      // A pause point cannot be reached without records: the generation
+      // may change after the steps already out.
+      if (st.pause_after) {
+        st.paused = true;
+        self->send(st.reducer, paused_msg{st.plan.generation, st.next_step - 1});
+        return;
+      }
+      if (in_flight == 0) set_idle(self, true);
+      const std::size_t want = static_cast<std::size_t>(st.setup.batch_size) - st.records->sent_back();
+      // Weak: the queue may outlive the actor system.
+      const auto wake = [loader = caf::actor_cast<caf::weak_actor_ptr>(self->ctrl())] {
+        if (auto strong = loader.lock()) caf::anon_send(caf::actor_cast<loader_actor>(strong), records_atom::value);
+      };
+      if (st.records->queue().notify_when(want, wake))
+        continue;  // they came meanwhile
+      return;
+    }
+    if (in_flight >= st.setup.prefetch * st.steps_per_message) return;
+    set_idle(self, false);
+    issue_message(self);
+  }
+}
+
 // Issues as many shard messages as the prefetch window allows.
 void pump(loader_ptr self) {
   auto& st = self->state;
+  if (st.records) {
+    pump_stream(self);
+    return;
+  }
   while (st.have_plan && !st.finished && !st.paused) {
     if (st.stop_requested) {
       finish(self, false);
@@ -215,7 +350,7 @@ void roll_back(loader_ptr self, const rollback_msg& msg) {
   auto& st = self->state;
   const std::int64_t through = msg.commit.through;
   apply_commit(self, msg.commit);
-  const std::size_t undone = st.issued->roll_back(through);
+  const std::size_t undone = st.records ? st.records->roll_back(through) : st.issued->roll_back(through);
   self->send(st.reducer, rollback_done_msg{static_cast<std::int64_t>(undone)});
   st.committed_step = through;
   st.last_commit_step = -1;  // the step-time measurement restarts
@@ -235,10 +370,13 @@ loader_actor::behavior_type loader_behavior(loader_ptr self, loader_setup setup)
   // loader with its message; the reducer, which monitors it, ends the run.
   self->set_exception_handler([](std::exception_ptr& x) { return error_of(x); });
   st.issued.emplace(st.setup.train_rows, st.setup.seed, st.setup.shuffle);
+  st.last_snapshot_mark = std::chrono::steady_clock::now();
+  if (st.setup.stream)
+    st.records.emplace(*st.setup.stream, st.setup.resume_position ? st.setup.resume_position->stream : stream_position{});
   st.next_step = st.setup.start_step;
   st.committed_step = st.setup.start_step - 1;
   st.steps_per_message = std::max<std::int64_t>(1, st.setup.steps_per_message);
-  if (st.setup.resume_position) {
+  if (st.setup.resume_position && !st.records) {
     st.issued->ledger().restore(*st.setup.resume_position);
     // A checkpoint taken at the end of an epoch resumes with the next one; that
     // epoch was already evaluated.
@@ -254,6 +392,7 @@ loader_actor::behavior_type loader_behavior(loader_ptr self, loader_setup setup)
         st.reducer = st.plan.reducer;
         st.have_plan = true;
         st.paused = false;
+        st.idle = false;  // a new generation starts busy (the reducer's view too)
         st.pause_after.reset();
         st.weights.clear();
         st.last_commit_step = -1;
@@ -294,12 +433,15 @@ loader_actor::behavior_type loader_behavior(loader_ptr self, loader_setup setup)
       },
       [self](ledger_atom) {
         auto& st = self->state;
-        return ledger_snapshot_msg{st.committed_step, st.issued->position_after(st.committed_step)};
+        return ledger_snapshot_msg{st.committed_step, position_after(st, st.committed_step)};
       },
       [self](stop_atom) {
         self->state.stop_requested = true;
         pump(self);
       },
+      [self](records_atom) { pump(self); },
+      [self](checkpoint_atom) { checkpoint_soon(self); },
+      [self](const lr_msg& msg) { self->state.lr_override = msg.lr; },
   };
 }
 

@@ -20,6 +20,11 @@
 // indices go back to the ledger's front and are planned again, with the same
 // step numbers, for the next generation.
 //
+// Stream mode has no epochs: a step is the next batch_size records of the
+// stream (See Note [Exactly-once offsets]), and the loader waits, telling
+// the reducer it is idle, while fewer are queued. At the end of the stream
+// the last step takes what is left, and the run ends as after its last epoch.
+//
 // Epochs do not overlap: the next epoch's shards go out once every index of
 // the current one is committed and its evaluation is complete, so indices
 // re-queued late in an epoch are still trained in it, the evaluation sees the
@@ -35,6 +40,7 @@
 #include <caf/all.hpp>
 
 #include "actors/protocol.hpp"
+#include "train/issued_records.hpp"
 #include "train/issued_steps.hpp"
 
 namespace dpactor {
@@ -58,12 +64,22 @@ struct loader_setup {
   bool steal_slices = false;         // ... and whether members steal them
   std::optional<std::int64_t> crash_at;  // fault spec crash:loader@S: throw as this step is issued
   std::optional<ledger_position> resume_position;
+  double checkpoint_every_s = 0.0;  // also a checkpoint when this long passed since the last (0: off)
+  // Stream mode (train.mode = "stream"): the records to train, in place of
+  // the training set (See Note [Exactly-once offsets]). In-process only.
+  std::shared_ptr<record_queue> stream;
 };
 
 struct loader_state {
   loader_setup setup;
   reducer_actor reducer;  // from the generation plan
   std::optional<issued_steps> issued;  // the epoch ledger and the steps in flight
+  std::optional<issued_records> records;  // stream mode: the records of the steps in flight
+  bool idle = false;                      // stream mode: told the reducer it waits for records
+  std::chrono::steady_clock::time_point last_snapshot_mark{};
+  std::vector<std::uint32_t> chunk_rows;  // stream mode: 0 .. rows - 1 of the step being issued
+  double lr_override = 0.0;               // > 0: every step issued carries it (Engine::set_lr)
+  bool checkpoint_requested = false;      // Engine::request_checkpoint: at the next step issued
   generation_plan plan;
   bool have_plan = false;
   std::vector<double> weights;         // shard shares, rank order (empty: even)

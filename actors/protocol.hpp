@@ -12,12 +12,13 @@
 //   loader  -> device   begin_generation_msg, shard_msg, evaluate_msg, snapshot_msg, finish_msg
 //                       (one FIFO stream: See Note [Work flows through the loader])
 //   loader  -> reducer  ledger_snapshot_msg, epoch_ledger_msg, work_done_msg, paused_msg,
-//                       rollback_done_msg
+//                       rollback_done_msg, idle_msg
+//   stream queue -> loader  records_atom
 //   device  -> reducer  steps_done_msg (See Note [One step report]), shard_cut_msg, late_msg,
 //                       evaluated_msg, state_msg, device_failed_msg, step_aborted_msg (one-way),
 //                       trained_event (from another process, train.record_trained)
 //   engine  -> reducer  start_atom, stop_atom, add_device_msg, remove_device_msg, inject_msg,
-//                       params_request
+//                       params_request, checkpoint_atom, lr_msg (forwarded to the loader)
 //   coordinator -> reducer  node_joined_msg (a worker's devices, during training)
 //   reducer -> writer   write_checkpoint_msg (request, answered with checkpoint_written_msg)
 
@@ -47,6 +48,10 @@ using state_atom = caf::atom_constant<caf::atom("state")>;
 using ledger_atom = caf::atom_constant<caf::atom("ledger")>;
 // reducer -> itself: periodic hang check.
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
+// the stream's queue -> loader: the records it waited for are there.
+using records_atom = caf::atom_constant<caf::atom("records")>;
+// engine -> reducer -> loader: a checkpoint as soon as possible.
+using checkpoint_atom = caf::atom_constant<caf::atom("ckptnow")>;
 
 struct generation_plan;
 struct begin_generation_msg;
@@ -75,6 +80,8 @@ struct ledger_snapshot_msg;
 struct epoch_ledger_msg;
 struct work_done_msg;
 struct rollback_done_msg;
+struct idle_msg;
+struct lr_msg;
 struct write_checkpoint_msg;
 struct checkpoint_written_msg;
 struct params_request;
@@ -89,6 +96,7 @@ using device_actor = caf::typed_actor<
 using loader_actor = caf::typed_actor<
     caf::reacts_to<generation_plan>, caf::reacts_to<committed_msg>, caf::reacts_to<eval_done_msg>,
     caf::reacts_to<rollback_msg>, caf::reacts_to<pause_msg>, caf::reacts_to<shares_msg>, caf::reacts_to<stop_atom>,
+    caf::reacts_to<records_atom>, caf::reacts_to<checkpoint_atom>, caf::reacts_to<lr_msg>,
     caf::replies_to<ledger_atom>::with<ledger_snapshot_msg>>;
 
 using reducer_actor = caf::typed_actor<
@@ -99,10 +107,10 @@ using reducer_actor = caf::typed_actor<
     caf::reacts_to<step_aborted_msg>, caf::reacts_to<trained_event>,
     // from the loader
     caf::reacts_to<ledger_snapshot_msg>, caf::reacts_to<epoch_ledger_msg>, caf::reacts_to<work_done_msg>,
-    caf::reacts_to<paused_msg>, caf::reacts_to<rollback_done_msg>,
+    caf::reacts_to<paused_msg>, caf::reacts_to<rollback_done_msg>, caf::reacts_to<idle_msg>,
     // from the engine
     caf::reacts_to<add_device_msg>, caf::reacts_to<remove_device_msg>, caf::reacts_to<inject_msg>,
-    caf::reacts_to<params_request>,
+    caf::reacts_to<params_request>, caf::reacts_to<checkpoint_atom>, caf::reacts_to<lr_msg>,
     // from the coordinator actor
     caf::reacts_to<node_joined_msg>>;
 
@@ -159,7 +167,7 @@ typename Inspector::result_type inspect(Inspector& f, begin_generation_msg& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_shard& x) {
   return f(caf::meta::type_name("step_shard"), x.step, x.epoch, x.indices, x.slice_rows, x.first_slice, x.last_slice,
-           x.schedule_position);
+           x.schedule_position, x.lr_override);
 }
 
 // Consecutive steps for one member, in one message: at small step times the
@@ -384,7 +392,8 @@ typename Inspector::result_type inspect(Inspector& f, paused_msg& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ledger_position& x) {
-  return f(caf::meta::type_name("ledger_position"), x.epoch, x.cursor, x.front);
+  return f(caf::meta::type_name("ledger_position"), x.epoch, x.cursor, x.front, x.stream.active, x.stream.committed,
+           x.stream.trained_above);
 }
 
 struct ledger_snapshot_msg {
@@ -394,6 +403,29 @@ struct ledger_snapshot_msg {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ledger_snapshot_msg& x) {
   return f(caf::meta::type_name("ledger_snapshot_msg"), x.step, x.position);
+}
+
+// Stream mode: every step issued is committed and the queue holds less than
+// a batch (idle), or records came and steps go out again (not idle). An idle
+// run waits for data, not for a hung device (See Note [Progress-based hang
+// detection]).
+struct idle_msg {
+  std::int64_t generation = 0;
+  bool idle = false;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, idle_msg& x) {
+  return f(caf::meta::type_name("idle_msg"), x.generation, x.idle);
+}
+
+// A learning rate in place of the schedule's from the next step issued on
+// (0: the schedule's again).
+struct lr_msg {
+  double lr = 0.0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, lr_msg& x) {
+  return f(caf::meta::type_name("lr_msg"), x.lr);
 }
 
 struct epoch_ledger_msg {
@@ -465,10 +497,11 @@ struct checkpoint_written_msg {
   std::int64_t step = 0;
   std::string path;
   std::string error;  // empty on success
+  std::int64_t committed_sequence = -1;  // stream mode: the position's committed sequence number
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, checkpoint_written_msg& x) {
-  return f(caf::meta::type_name("checkpoint_written_msg"), x.step, x.path, x.error);
+  return f(caf::meta::type_name("checkpoint_written_msg"), x.step, x.path, x.error, x.committed_sequence);
 }
 
 // A device in another process reports what it trained to the reducer, which
@@ -661,4 +694,6 @@ CAF_BEGIN_TYPE_ID_BLOCK(dpactor, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(dpactor, (dpactor::abort_msg))
   CAF_ADD_TYPE_ID(dpactor, (dpactor::run_over_msg))
   CAF_ADD_TYPE_ID(dpactor, (dpactor::node_joined_msg))
+  CAF_ADD_TYPE_ID(dpactor, (dpactor::idle_msg))
+  CAF_ADD_TYPE_ID(dpactor, (dpactor::lr_msg))
 CAF_END_TYPE_ID_BLOCK(dpactor)

@@ -50,7 +50,7 @@ void on_checkpoint_written(reducer_ptr self, const checkpoint_written_msg& msg) 
     fail_run(self, std::make_exception_ptr(training_error(st.stop_message + "; checkpoint written to " + msg.path)));
     return;
   }
-  st.setup.control->emit(checkpoint_event{msg.step + 1, msg.path});
+  st.setup.control->emit(checkpoint_event{msg.step + 1, msg.path, msg.committed_sequence});
   maybe_finish(self);
 }
 
@@ -100,6 +100,7 @@ void check_hangs(reducer_ptr self) {
   auto& st = self->state;
   if (st.failed || (st.current != phase::running && st.current != phase::pausing)) return;
   if (st.work && !st.eval_outstanding) return;  // no work left
+  if (st.idle) return;  // waiting for a stream's records
   // See Note [Progress-based hang detection].
   const hang_limits limits{hang_timeout(st.setup.hang_timeout_s, st.book->median_step_s()), st.setup.first_step_timeout_s};
   std::vector<member_progress> progress;
@@ -108,7 +109,8 @@ void check_hangs(reducer_ptr self) {
     if (!m.gone) progress.push_back({r, m.name, st.handle(r).control->progress.read()});
   }
   const std::vector<std::size_t> late = st.members->late_suspects(st.book->committed());
-  const hang_verdict v = find_hang(progress, clock_type::now(), st.book->last_progress(), limits, late);
+  const hang_verdict v =
+      find_hang(progress, clock_type::now(), std::max(st.book->last_progress(), st.idle_ended), limits, late);
   if (!v.stalled) return;
   char text[96];
   std::snprintf(text, sizeof text, "no progress for %.1f s (hang timeout %.1f s)", v.stalled_s, v.allowed_s);
@@ -285,6 +287,12 @@ reducer_actor::behavior_type reducer_behavior(reducer_ptr self, reducer_setup se
         handle_fault(self, std::nullopt, "collective failed at step " + std::to_string(msg.step + 1) + ": " + msg.what);
       },
       [self](const rollback_done_msg& msg) { self->state.book->requeued_by_fault(msg.requeued); },
+      [self](const idle_msg& msg) {
+        auto& st = self->state;
+        if (msg.generation != st.plan.generation) return;
+        if (st.idle && !msg.idle) st.idle_ended = clock_type::now();
+        st.idle = msg.idle;
+      },
       [self](const paused_msg& msg) {
         auto& st = self->state;
         if (st.current != phase::pausing || msg.generation != st.plan.generation) return;
@@ -320,6 +328,8 @@ reducer_actor::behavior_type reducer_behavior(reducer_ptr self, reducer_setup se
         request_graceful_change(self);
       },
       [self](const trained_event& e) { self->state.setup.control->emit(e); },
+      [self](checkpoint_atom) { self->send(self->state.setup.loader, checkpoint_atom::value); },
+      [self](const lr_msg& msg) { self->send(self->state.setup.loader, msg); },
       [self](const inject_msg& msg) {
         auto& st = self->state;
         const fault_spec f = parse_fault_spec(msg.spec);

@@ -122,6 +122,10 @@ struct reducer_state {
   // The committed step at the last stall nobody could be blamed for (See
   // Note [Progress-based hang detection]).
   std::optional<std::int64_t> unblamed_stall_at;
+  // Stream mode: the loader waits for records with nothing in flight (no
+  // hang can be found then), and when it last stopped waiting.
+  bool idle = false;
+  clock::time_point idle_ended{};
   bool stop_requested = false;
   bool failed = false;
   static inline const char* name = "reducer";

@@ -210,6 +210,7 @@ void form_generation(reducer_ptr self, std::int32_t state_source) {
   st.plan.group = st.setup.make_group(ids, st.plan.generation);
   st.book->start_generation(st.plan.generation, ids.size(), now);
   st.sent_shares.clear();
+  st.idle = false;
   st.pause_point.reset();
   st.suspend_replies.clear();
   st.awaiting_suspend.clear();

@@ -24,7 +24,9 @@
 #include "cli/progress.hpp"
 #include "cli/signal_watch.hpp"
 #include "cli/version.hpp"
+#include "service/control_routes.hpp"
 #include "service/http_service.hpp"
+#include "service/service_token.hpp"
 #if DPACTOR_HAS_GLOO
 #include "actors/network.hpp"
 #include "actors/worker.hpp"
@@ -235,20 +237,47 @@ int run(int argc, char** argv, cli::signal_watch& signals) {
   std::atomic<bool> metrics_failed{false};
   // service.listen / --serve: the run over HTTP.
   std::shared_ptr<metrics_board> board;
+  std::shared_ptr<event_feed> events;
   std::unique_ptr<http_service> service;
   if (!config.service.listen.empty()) {
     try {
       http_service_options o;
       std::tie(o.address, o.port) = split_host_port(config.service.listen, "service.listen");
       board = std::make_shared<metrics_board>();
-      service = std::make_unique<http_service>(board, o);
+      events = std::make_shared<event_feed>();
+      o.events = events;
+      o.token = read_service_token(config.service.token_file);
+      o.routes = control_routes(run_controls{
+          [&engine] { engine.request_checkpoint(); },
+          [&engine] {
+            spdlog::warn("POST /stop: stopping at the next step boundary and writing a checkpoint");
+            engine.stop();
+          },
+          [&engine] { return engine.add_device(); },
+          [&engine, board](const std::string& name) {
+            if (!board->has_member(name)) return false;
+            engine.remove_device(name);
+            return true;
+          },
+          [&engine](std::optional<double> lr) {
+            engine.set_lr(lr);
+            if (lr) spdlog::info("PUT /lr: learning rate {} from the next step on", *lr);
+            else spdlog::info("PUT /lr: the schedule's learning rate from the next step on");
+          },
+      });
+      const bool control = !o.token.empty();
+      service = std::make_unique<http_service>(board, std::move(o));
+      spdlog::info("serving HTTP on {}:{} (dashboard at /; /metrics, /status, /events, /healthz, /readyz; control {})",
+                   service->address(),
+                   service->port(),
+                   control ? "on, with the bearer token" : "off: no DPACTOR_SERVICE_TOKEN or service.token_file");
     } catch (const std::exception& e) {
       return fail(e.what(), cli::exit_config);
     }
-    spdlog::info("serving HTTP on {}:{} (/metrics, /status, /healthz, /readyz)", service->address(), service->port());
   }
   engine.on_event([&](const event& e) {
     if (board) board->on_event(e);
+    if (events) events->on_event(e);
     if (metrics && !metrics->write(to_json(e)) && !metrics_failed.exchange(true)) {
       spdlog::error("{}; stopping at the next step boundary and writing a checkpoint", metrics->error().value_or(""));
       engine.stop();

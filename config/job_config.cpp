@@ -23,6 +23,16 @@ void validate_job_config(const job_config& c) {
                        " with train.reproducible = true: a reproducible run uses one BLAS thread per replica, so "
                        "that a slice's gradient does not depend on how the BLAS splits its work; set "
                        "cluster.blas_threads = 1 (or 0), or train.reproducible = false");
+  if (c.train.mode == train_mode::stream) {
+    if (c.train.stream_queue < c.train.batch_size)
+      throw config_error(where + "train.stream_queue = " + std::to_string(c.train.stream_queue) +
+                         " is smaller than train.batch_size = " + std::to_string(c.train.batch_size) +
+                         ": a global batch could never form");
+    if (c.schedule.kind == schedule_kind::cosine && c.schedule.total_steps == 0 && c.train.max_steps == 0)
+      throw config_error(where + "train.mode = \"stream\" has no nominal length for the cosine schedule: set "
+                         "optimizer.schedule = \"constant\" (or \"step\"), or optimizer.total_steps, or "
+                         "train.max_steps");
+  }
   if (c.model.outputs() < 2 && c.model.loss == loss_kind::cross_entropy)
     throw config_error(where + "model.layers: cross_entropy needs at least 2 classes in the last layer");
 }

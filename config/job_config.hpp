@@ -15,7 +15,12 @@
 
 namespace dpactor {
 
+// epochs: passes over a file's training set. stream: records fed to the
+// engine until it is stopped (See Note [Exactly-once offsets]).
+enum class train_mode { epochs, stream };
+
 struct train_config {
+  train_mode mode = train_mode::epochs;
   std::int64_t epochs = 15;
   std::int64_t batch_size = 128;  // global: summed over all replicas
   std::int64_t max_steps = 0;     // 0 = no limit
@@ -33,6 +38,8 @@ struct train_config {
   std::int64_t eval_every = 1;     // epochs between test evaluations; 0 = only at the end
   std::string checkpoint_dir = "checkpoints";  // "" = no checkpoints
   std::int64_t checkpoint_every = 0;           // steps; 0 = only at the end
+  double checkpoint_every_s = 0.0;             // seconds; 0 = off
+  std::int64_t stream_queue = 8192;            // stream mode: records queued at most
   std::int64_t keep_checkpoints = 3;           // newest kept; 0 = keep all
   bool verify_replicas = false;  // compare the state checksums of all replicas every step
   nonfinite_policy on_nonfinite = nonfinite_policy::stop;  // See Note [Non-finite steps]
@@ -104,6 +111,8 @@ struct faults_config {
 // The run's HTTP face (service/http_service.hpp).
 struct service_config {
   std::string listen;  // "ADDR:PORT"; empty: no HTTP endpoint
+  std::string token_file;  // the control endpoints' bearer token; empty: DPACTOR_SERVICE_TOKEN
+  double snapshot_every_s = 1.0;  // parameter copies for Engine::latest_snapshot; 0 = off
 };
 
 struct job_config {

@@ -242,6 +242,13 @@ const std::vector<key_spec>& keys() {
               "Steps that cuts add (without train.reproducible) stay inside their epoch's part of the schedule.", max_steps_count);
 
     b.section = "train";
+    b.choice<train_mode>("mode", [](job_config& c) -> train_mode& { return c.train.mode; },
+                         {{"epochs", train_mode::epochs}, {"stream", train_mode::stream}},
+                         "epochs: train train.epochs passes over the [data] training set. stream: train on records "
+                         "that a program embedding the engine feeds it (Engine::feed, or a record_source), in global "
+                         "batches in the order of their sequence numbers, until it is stopped or the stream ends; "
+                         "[data] is not read and nothing is evaluated. Checkpoints record the highest sequence number "
+                         "trained, for exactly-once offsets (docs/service.md).");
     b.integer("epochs", [](job_config& c) -> std::int64_t& { return c.train.epochs; }, 1, "Passes over the training set.", max_steps_count);
     b.integer("batch_size", [](job_config& c) -> std::int64_t& { return c.train.batch_size; }, 1,
               "Global batch: samples per optimizer step, summed over all replicas. The last batch of an "
@@ -279,6 +286,12 @@ const std::vector<key_spec>& keys() {
              "SIGINT/SIGTERM.");
     b.integer("checkpoint_every", [](job_config& c) -> std::int64_t& { return c.train.checkpoint_every; }, 0,
               "Also write a checkpoint every this many steps (0 = only at the end).", max_steps_count);
+    b.floating("checkpoint_every_s", [](job_config& c) -> double& { return c.train.checkpoint_every_s; }, 0.0, false,
+               "Also write a checkpoint when this many seconds passed since the last one (0 = off); in stream "
+               "mode this bounds how much a crash loses and how old the committed offset is.");
+    b.integer("stream_queue", [](job_config& c) -> std::int64_t& { return c.train.stream_queue; }, 1,
+              "Stream mode: records queued at most, waiting to be trained; a feed waits (or reports the queue "
+              "full) beyond it. At least train.batch_size.", max_rows);
     b.integer("keep_checkpoints", [](job_config& c) -> std::int64_t& { return c.train.keep_checkpoints; }, 0,
               "Keep the newest this many checkpoints of this run, delete its older ones (0 = keep all); "
               "never another run's or anything else in the directory.", 1 << 20);
@@ -402,6 +415,14 @@ const std::vector<key_spec>& keys() {
              "Serve the run over HTTP at ADDR:PORT (port 0: the system chooses; the address is printed): "
              "GET /metrics (Prometheus), /status (JSON), /healthz, /readyz. Empty: no endpoint. Also --serve. Bind to a loopback "
              "address unless the network is trusted.");
+    b.floating("snapshot_every_s", [](job_config& c) -> double& { return c.service.snapshot_every_s; }, 0.0, false,
+               "How often the first replica copies its parameters, between two of its steps, for serving "
+               "predictions while training (Engine::latest_snapshot; the copy's step is its version). 0 = no "
+               "copies. A copy costs about as much as reading the parameters once.");
+    b.string("token_file", [](job_config& c) -> std::string& { return c.service.token_file; },
+             "A file holding the bearer token that the control endpoints (POST /checkpoint, /stop, /devices, "
+             "DELETE /devices/{name}, PUT /lr) require as \"Authorization: Bearer <token>\". Empty: the "
+             "environment variable DPACTOR_SERVICE_TOKEN; with neither, the control endpoints are off (403).");
 
     b.section = "faults";
     b.keys.push_back({"faults", "inject", "array of strings",

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "tensors/aligned_buffer.hpp"
 #include "tensors/replica.hpp"
@@ -20,6 +21,9 @@ struct dataset {
   int num_classes = 0;
   aligned_buffer<float> features;       // rows * feature_count
   aligned_buffer<std::int32_t> labels;  // rows
+  // A stream's step (See Note [Exactly-once offsets]): each row's sequence
+  // number. Empty for a file's rows, which are named by their index.
+  std::vector<std::int64_t> sequences;
 
   dataset() = default;
   // Throws data_error naming the sizes when rows x feature_count does not fit

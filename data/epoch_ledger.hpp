@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "data/stream_position.hpp"
+
 namespace dpactor {
 
 struct ledger_error : std::logic_error {
@@ -18,11 +20,13 @@ struct ledger_error : std::logic_error {
 };
 
 // Where an epoch stands, as a checkpoint stores it: hand out `front` first,
-// then order[cursor:]; everything else in the epoch is committed.
+// then order[cursor:]; everything else in the epoch is committed. A stream
+// run has no epochs: its position is `stream` (active), the rest unused.
 struct ledger_position {
   std::int64_t epoch = 0;
   std::uint64_t cursor = 0;
   std::vector<std::uint32_t> front;
+  stream_position stream;
 };
 
 class epoch_ledger {

@@ -1,5 +1,7 @@
 #include "service/metrics_board.hpp"
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstdio>
 #include <type_traits>
@@ -85,6 +87,7 @@ void metrics_board::on_event(const event& e) {
         } else if constexpr (std::is_same_v<T, checkpoint_event>) {
           checkpoint_step_ = x.step;
           checkpoint_at_ = clock::now();
+          if (x.committed_sequence >= 0) committed_sequence_ = x.committed_sequence;
         }
       },
       e);
@@ -111,7 +114,9 @@ json metrics_board::status(clock::time_point now) const {
   }
   json checkpoint = nullptr;
   if (checkpoint_step_)
-    checkpoint = json{{"step", *checkpoint_step_}, {"age_s", std::chrono::duration<double>(now - checkpoint_at_).count()}};
+    checkpoint = json{{"step", *checkpoint_step_},
+                      {"age_s", std::chrono::duration<double>(now - checkpoint_at_).count()},
+                      {"committed_sequence", committed_sequence_ ? json(*committed_sequence_) : json(nullptr)}};
   return json{{"running", running_},
               {"step", steps_},
               {"epochs", epochs_},
@@ -172,7 +177,17 @@ std::string metrics_board::prometheus_text(clock::time_point now) const {
     family(out, "dpactor_checkpoint_age_seconds", "gauge", "Time since the last checkpoint was written.")
         .sample(std::chrono::duration<double>(now - checkpoint_at_).count());
   }
+  if (committed_sequence_) {
+    family(out, "dpactor_committed_sequence", "gauge",
+           "Stream mode: every record fed up to this sequence number is trained and inside a checkpoint.")
+        .sample(static_cast<double>(*committed_sequence_));
+  }
   return out;
+}
+
+bool metrics_board::has_member(const std::string& name) const {
+  std::lock_guard lock(mutex_);
+  return std::find(members_.begin(), members_.end(), name) != members_.end();
 }
 
 }  // namespace dpactor

@@ -37,6 +37,8 @@ class metrics_board {
   // samples_per_s each), cuts, faults, recoveries, checkpoint (step and
   // age_s, or null).
   json status(clock::time_point now = clock::now()) const;
+  // Whether `name` is a member of the current generation.
+  bool has_member(const std::string& name) const;
 
  private:
   mutable std::mutex mutex_;
@@ -52,6 +54,7 @@ class metrics_board {
   double last_recovery_s_ = 0.0;
   std::int64_t requeued_ = 0;
   std::optional<std::int64_t> checkpoint_step_;
+  std::optional<std::int64_t> committed_sequence_;  // stream mode (See Note [Exactly-once offsets])
   clock::time_point checkpoint_at_{};
 };
 

@@ -42,7 +42,7 @@ struct fixture {
   trainer_record record = [] {
     trainer_record r;
     r.step = 77;
-    r.position = {3, 40, {5, 9, 1}};
+    r.position = {3, 40, {5, 9, 1}, {}};
     r.seed = 11;
     r.train_samples = 100;
     r.config = "[train]\nepochs = 4\n";

@@ -15,6 +15,8 @@
 #include <string>
 #include <thread>
 
+#include "service/control_routes.hpp"
+#include "service/event_feed.hpp"
 #include "service/http_service.hpp"
 #include "service/metrics_board.hpp"
 #include "test_support.hpp"
@@ -286,6 +288,226 @@ TEST(Http, TheCliServesARunningJob) {
   EXPECT_EQ(status_of(get(port, "/readyz")), 200);
   const auto result = run.wait();
   EXPECT_EQ(result.exit_code, 0) << result.output;
+}
+
+// An HTTP request with an optional bearer token and JSON body.
+std::string call(std::uint16_t port, const std::string& method, const std::string& path, const std::string& token = "",
+                 const std::string& body = "") {
+  std::string req = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
+  if (!token.empty()) req += "Authorization: Bearer " + token + "\r\n";
+  if (!body.empty() || method == "POST" || method == "PUT")
+    req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+  return roundtrip(port, req + "\r\n" + body);
+}
+
+// Control routes bound to counters instead of an engine.
+struct recorded_controls {
+  std::atomic<int> checkpoints{0}, stops{0}, adds{0}, removes{0}, lr_sets{0};
+  std::optional<double> lr;
+  run_controls bind() {
+    return {[this] { ++checkpoints; }, [this] { ++stops; },
+            [this] {
+              ++adds;
+              return std::string("cpu:7");
+            },
+            [this](const std::string& name) {
+              if (name != "cpu:1") return false;
+              ++removes;
+              return true;
+            },
+            [this](std::optional<double> v) {
+              ++lr_sets;
+              lr = v;
+            }};
+  }
+  int total() const { return checkpoints + stops + adds + removes + lr_sets; }
+};
+
+struct control_call {
+  std::string method, path, body;
+};
+const std::vector<control_call> every_control{{"POST", "/checkpoint", ""},
+                                              {"POST", "/stop", ""},
+                                              {"POST", "/devices", ""},
+                                              {"DELETE", "/devices/cpu:1", ""},
+                                              {"PUT", "/lr", R"({"lr": 0.01})"}};
+
+TEST(Control, TheTokenGuardsEveryControlEndpoint) {
+  recorded_controls rec;
+  http_service_options o;
+  o.token = "s3cret-token";
+  o.routes = control_routes(rec.bind());
+  http_service service(std::make_shared<metrics_board>(), o);
+  for (const auto& c : every_control) {
+    SCOPED_TRACE(c.method + " " + c.path);
+    for (const std::string wrong : {"", "s3cret-toke", "s3cret-token2", "S3CRET-TOKEN", "s3cret-tokeN"}) {
+      const std::string r = call(service.port(), c.method, c.path, wrong, c.body);
+      EXPECT_EQ(status_of(r), 401) << "token \"" << wrong << "\": " << r;
+      EXPECT_NE(r.find("WWW-Authenticate: Bearer"), std::string::npos) << r;
+    }
+    // A scheme other than Bearer is no token either.
+    const std::string basic = roundtrip(service.port(), c.method + " " + c.path +
+                                                            " HTTP/1.1\r\nAuthorization: Basic s3cret-token\r\n"
+                                                            "Content-Length: 0\r\nConnection: close\r\n\r\n");
+    EXPECT_EQ(status_of(basic), 401) << basic;
+  }
+  EXPECT_EQ(rec.total(), 0) << "a refused request reached the run";
+  for (const auto& c : every_control) {
+    const std::string r = call(service.port(), c.method, c.path, "s3cret-token", c.body);
+    EXPECT_GE(status_of(r), 200) << c.path << ": " << r;
+    EXPECT_LT(status_of(r), 300) << c.path << ": " << r;
+  }
+  EXPECT_EQ(rec.checkpoints, 1);
+  EXPECT_EQ(rec.stops, 1);
+  EXPECT_EQ(rec.adds, 1);
+  EXPECT_EQ(rec.removes, 1);
+  ASSERT_EQ(rec.lr_sets, 1);
+  EXPECT_EQ(rec.lr, 0.01);
+  EXPECT_NE(call(service.port(), "POST", "/devices", "s3cret-token").find(R"("device":"cpu:7")"), std::string::npos);
+}
+
+TEST(Control, WithoutATokenTheControlEndpointsAreOff) {
+  recorded_controls rec;
+  http_service_options o;
+  o.routes = control_routes(rec.bind());
+  http_service service(std::make_shared<metrics_board>(), o);
+  for (const auto& c : every_control) {
+    EXPECT_EQ(status_of(call(service.port(), c.method, c.path, "", c.body)), 403) << c.path;
+    EXPECT_EQ(status_of(call(service.port(), c.method, c.path, "anything", c.body)), 403) << c.path;
+  }
+  EXPECT_EQ(rec.total(), 0);
+}
+
+TEST(Control, BadBodiesAndUnknownDevicesGetA4xxAndChangeNothing) {
+  recorded_controls rec;
+  http_service_options o;
+  o.token = "t0ken";
+  o.routes = control_routes(rec.bind());
+  http_service service(std::make_shared<metrics_board>(), o);
+  const auto port = service.port();
+  for (const std::string body : {"", "{", "lr=0.1", "[0.1]", R"({"lr": -0.1})", R"({"lr": 0})", R"({"lr": NaN})",
+                                 R"({"lr": "0.1"})", R"({"lr": 1e999})", R"({"lr": 0.1, "extra": 1})", R"({"rate": 0.1})"}) {
+    const std::string r = call(port, "PUT", "/lr", "t0ken", body);
+    EXPECT_EQ(status_of(r), 400) << body << ": " << r;
+    EXPECT_NE(r.find(R"("error")"), std::string::npos) << r;
+  }
+  EXPECT_EQ(status_of(call(port, "DELETE", "/devices/cpu:9", "t0ken")), 404);
+  EXPECT_EQ(status_of(call(port, "DELETE", "/devices/", "t0ken")), 404) << "no name";
+  const std::string get_lr = call(port, "GET", "/lr", "t0ken");
+  EXPECT_EQ(status_of(get_lr), 405);
+  EXPECT_NE(get_lr.find("Allow: PUT"), std::string::npos) << get_lr;
+  EXPECT_EQ(rec.total(), 0) << "a bad request reached the run";
+  // null returns to the schedule.
+  EXPECT_EQ(status_of(call(port, "PUT", "/lr", "t0ken", R"({"lr": null})")), 200);
+  EXPECT_EQ(rec.lr_sets, 1);
+  EXPECT_FALSE(rec.lr.has_value());
+}
+
+// The dpactor program with the token in its environment: the rate changes,
+// a checkpoint is written on demand, a device joins and one leaves, and a
+// stop ends the run with a checkpoint; a wrong token changes nothing.
+TEST(Control, TheCliIsSteeredWithTheToken) {
+  testing::scratch_dir dir;
+  testing::cli_process run({"--model", std::string(DPACTOR_SOURCE_DIR) + "/configs/mlp.cfg", "--cpus", "2", "--serve",
+                            "127.0.0.1:0", "--epochs", "200", "--set", "train.log_every=5", "--set",
+                            "optimizer.schedule=\"constant\"", "--set", "train.checkpoint_dir=\"ckpt\""},
+                           dir.path(), {{"DPACTOR_SERVICE_TOKEN", "cli-t0ken"}});
+  std::smatch m;
+  std::string out;
+  ASSERT_TRUE(testing::eventually([&] {
+    out = run.output_so_far();
+    static const std::regex serving(R"(serving HTTP on 127\.0\.0\.1:(\d+))");
+    return std::regex_search(out, m, serving);
+  }, 60000ms)) << out;
+  const auto port = static_cast<std::uint16_t>(std::stoi(m[1]));
+  const auto status = [&] {
+    const std::string r = get(port, "/status");
+    return status_of(r) == 200 ? json::parse(r.substr(r.find("\r\n\r\n") + 4)) : json();
+  };
+  ASSERT_TRUE(testing::eventually([&] { const json s = status(); return !s.is_null() && s.at("step") > 0; }, 60000ms))
+      << run.output_so_far();
+  EXPECT_EQ(status_of(call(port, "PUT", "/lr", "wrong", R"({"lr": 0.5})")), 401);
+  EXPECT_EQ(status_of(call(port, "PUT", "/lr", "cli-t0ken", R"({"lr": 0.0125})")), 200);
+  EXPECT_TRUE(testing::eventually([&] { return status().at("lr") == 0.0125; }, 30000ms)) << status().dump();
+  EXPECT_EQ(status_of(call(port, "POST", "/checkpoint", "cli-t0ken")), 202);
+  EXPECT_TRUE(testing::eventually([&] { return !status().at("checkpoint").is_null(); }, 30000ms)) << status().dump();
+  const std::string added = call(port, "POST", "/devices", "cli-t0ken");
+  EXPECT_EQ(status_of(added), 200) << added;
+  EXPECT_TRUE(testing::eventually([&] { return status().at("members").size() == 3u; }, 30000ms)) << status().dump();
+  EXPECT_EQ(status_of(call(port, "DELETE", "/devices/cpu:0", "cli-t0ken")), 202);
+  EXPECT_TRUE(testing::eventually([&] { return status().at("members").size() == 2u; }, 30000ms)) << status().dump();
+  EXPECT_EQ(status_of(call(port, "POST", "/stop", "cli-t0ken")), 202);
+  const auto result = run.wait();
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_TRUE(std::filesystem::exists(dir / "ckpt" / "latest"));
+}
+
+TEST(Events, TheFeedKeepsTheNewestAndLeavesOutTrainedEvents) {
+  event_feed feed(3);
+  for (int i = 0; i < 10; ++i) feed.on_event(step_event{i + 1});
+  feed.on_event(trained_event{"cpu:0", 3, 0, 32, 7, 9});
+  EXPECT_EQ(feed.last_id(), 10u) << "trained events are not in the feed";
+  const auto all = feed.since(0, 100);
+  ASSERT_EQ(all.size(), 3u) << "memory is bounded";
+  EXPECT_EQ(all.front().id, 8u);
+  EXPECT_EQ(json::parse(all.back().data).at("step"), 10);
+  EXPECT_EQ(all.back().type, "step");
+  EXPECT_EQ(feed.since(9, 100).size(), 1u);
+  EXPECT_TRUE(feed.since(10, 100).empty());
+}
+
+// The lines of an event stream's answer, as an EventSource reads them.
+std::vector<std::pair<std::uint64_t, json>> sse_events(const std::string& response) {
+  std::vector<std::pair<std::uint64_t, json>> out;
+  std::istringstream in(response.substr(response.find("\r\n\r\n") + 4));
+  std::uint64_t id = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("id: ", 0) == 0) id = std::stoull(line.substr(4));
+    if (line.rfind("data: ", 0) == 0) out.emplace_back(id, json::parse(line.substr(6)));
+  }
+  return out;
+}
+
+TEST(Events, TheStreamCarriesTheEventsInOrderAndResumesAfterLastEventId) {
+  auto feed = std::make_shared<event_feed>();
+  http_service_options o;
+  o.events = feed;
+  o.events_max_duration = 600ms;  // the stream ends, as an EventSource expects, and reconnects
+  http_service service(std::make_shared<metrics_board>(), o);
+  feed->on_event(membership_event{0, 0, {"cpu:0", "cpu:1"}, {1, 2}, "start"});
+  feed->on_event(step_event{10});
+  std::thread later([&] {
+    std::this_thread::sleep_for(250ms);  // while the stream is open
+    feed->on_event(checkpoint_event{10, "/tmp/x", 319});
+  });
+  const std::string r = roundtrip(service.port(), "GET /events HTTP/1.1\r\nHost: x\r\n\r\n", 5s);
+  later.join();
+  EXPECT_NE(r.find("Content-Type: text/event-stream"), std::string::npos) << r;
+  const auto events = sse_events(r);
+  ASSERT_EQ(events.size(), 3u) << r;
+  EXPECT_EQ(events[0].second.at("event"), "membership");
+  EXPECT_EQ(events[1].second.at("event"), "step");
+  EXPECT_EQ(events[2].second.at("committed_sequence"), 319) << "an event that came while the stream was open";
+  EXPECT_NE(r.find("event: checkpoint"), std::string::npos);
+  // Reconnecting with the last id seen gives only what came after it.
+  const std::string again =
+      roundtrip(service.port(), "GET /events HTTP/1.1\r\nHost: x\r\nLast-Event-ID: 2\r\n\r\n", 5s);
+  const auto rest = sse_events(again);
+  ASSERT_EQ(rest.size(), 1u) << again;
+  EXPECT_EQ(rest[0].first, 3u);
+}
+
+TEST(Dashboard, ThePageIsServedWholeFromTheBinary) {
+  http_service service(std::make_shared<metrics_board>(), {});
+  const std::string r = get(service.port(), "/");
+  EXPECT_EQ(status_of(r), 200);
+  EXPECT_NE(r.find("Content-Type: text/html"), std::string::npos);
+  const std::string page = r.substr(r.find("\r\n\r\n") + 4);
+  for (const char* needle : {"new EventSource(\"/events\")", "fetch(\"/status\")", "id=\"loss\"", "id=\"devices\""})
+    EXPECT_NE(page.find(needle), std::string::npos) << needle;
+  // Self-contained: nothing from another origin (no CDN, no web fonts).
+  for (const char* outside : {"http://", "https://", "//cdn", "@import", "<link", "src="})
+    EXPECT_EQ(page.find(outside), std::string::npos) << outside;
 }
 
 TEST(Http, TheCliRefusesAnAddressItCannotParse) {

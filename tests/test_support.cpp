@@ -104,6 +104,12 @@ void write_text(const fs::path& path, const std::string& text) {
   if (!out) throw std::runtime_error("cannot write " + path.string());
 }
 
+fs::path latest_checkpoint(const fs::path& root) {
+  std::string name = read_text(root / "latest");
+  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  return root / name;
+}
+
 std::string read_text(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   std::ostringstream s;
@@ -112,10 +118,10 @@ std::string read_text(const fs::path& path) {
 }
 
 cli_process::cli_process(const std::vector<std::string>& args, const fs::path& cwd, const environment_changes& env,
-                         const std::string& netns)
+                         const std::string& netns, const std::string& program)
     : log_(cwd / ".cli-output") {
   const std::string netns_path = netns.empty() ? "" : "/run/netns/" + netns;
-  std::vector<std::string> argv_store{DPACTOR_CLI};
+  std::vector<std::string> argv_store{program.empty() ? std::string(DPACTOR_CLI) : program};
   argv_store.insert(argv_store.end(), args.begin(), args.end());
   std::vector<std::string> env_store;
   for (char** e = environ; *e != nullptr; ++e) {

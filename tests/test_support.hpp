@@ -47,6 +47,8 @@ double relative_difference(const std::vector<float>& a, const std::vector<float>
 std::string idx_bytes(std::uint8_t type, const std::vector<std::uint32_t>& dims, const std::vector<std::uint8_t>& values);
 
 void write_text(const std::filesystem::path& path, const std::string& text);
+// The checkpoint directory that `root`/latest names.
+std::filesystem::path latest_checkpoint(const std::filesystem::path& root);
 std::string read_text(const std::filesystem::path& path);
 
 struct process_result {
@@ -59,9 +61,10 @@ using environment_changes = std::vector<std::pair<std::string, std::optional<std
 // The dpactor program running as a child process, output to a file.
 class cli_process {
  public:
-  // `netns`: the name of a network namespace (ip netns) to run it in.
+  // `netns`: the name of a network namespace (ip netns) to run it in;
+  // `program`: another program to run than dpactor (a test's helper).
   cli_process(const std::vector<std::string>& args, const std::filesystem::path& cwd,
-              const environment_changes& env = {}, const std::string& netns = "");
+              const environment_changes& env = {}, const std::string& netns = "", const std::string& program = "");
   ~cli_process();  // kills the child if it still runs
   void signal(int sig);
   // The exit; a child still running after `limit` is killed (exit code 137)

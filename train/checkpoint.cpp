@@ -39,13 +39,18 @@ std::vector<tensor_to_save> tensors_of(const state_layout& layout, std::span<con
 }
 
 json trainer_json(const trainer_record& r) {
-  return {{"format", "dpactor-checkpoint-2"},
-          {"step", r.step},
-          {"epoch", r.epoch},
-          {"train_samples", r.train_samples},
-          {"ledger", {{"epoch", r.position.epoch}, {"cursor", r.position.cursor}, {"front", r.position.front}}},
-          {"rng", {{"sampler", {{"seed", r.seed}, {"shuffle", r.shuffle}}}}},
-          {"config", r.config}};
+  json j{{"format", "dpactor-checkpoint-2"},
+         {"step", r.step},
+         {"epoch", r.epoch},
+         {"train_samples", r.train_samples},
+         {"ledger", {{"epoch", r.position.epoch}, {"cursor", r.position.cursor}, {"front", r.position.front}}},
+         {"rng", {{"sampler", {{"seed", r.seed}, {"shuffle", r.shuffle}}}}},
+         {"config", r.config}};
+  // See Note [Exactly-once offsets].
+  if (r.position.stream.active)
+    j["stream"] = {{"committed_sequence", r.position.stream.committed},
+                   {"trained_above", r.position.stream.trained_above}};
+  return j;
 }
 
 trainer_record parse_trainer_json(const std::string& text, const std::string& origin) {
@@ -72,6 +77,12 @@ trainer_record parse_trainer_json(const std::string& text, const std::string& or
     r.position.epoch = json_int(ledger.at("epoch"), "ledger.epoch");
     r.position.cursor = static_cast<std::uint64_t>(json_int(ledger.at("cursor"), "ledger.cursor"));
     for (const auto& i : ledger.at("front")) r.position.front.push_back(static_cast<std::uint32_t>(json_int(i, "ledger.front")));
+    if (const auto stream = doc.find("stream"); stream != doc.end()) {
+      r.position.stream.active = true;
+      r.position.stream.committed = json_int(stream->at("committed_sequence"), "stream.committed_sequence");
+      for (const auto& i : stream->at("trained_above"))
+        r.position.stream.trained_above.push_back(json_int(i, "stream.trained_above"));
+    }
     const json& sampler = doc.at("rng").at("sampler");
     r.seed = static_cast<std::uint64_t>(json_int(sampler.at("seed"), "rng.sampler.seed"));
     r.shuffle = sampler.at("shuffle").get<bool>();
@@ -133,7 +144,18 @@ void check_ranges(const trainer_record& r, std::int64_t counter, const fs::path&
   if (r.epoch < 0 || r.position.epoch < 0 || r.position.epoch > r.step + 1)
     throw checkpoint_error(where + "epoch " + std::to_string(r.position.epoch) + " is out of range for step " +
                            std::to_string(r.step));
-  if (r.train_samples == 0) throw checkpoint_error(where + "train_samples is 0");
+  if (r.position.stream.active) {
+    const auto& above = r.position.stream.trained_above;
+    if (r.position.stream.committed < -1)
+      throw checkpoint_error(where + "stream.committed_sequence " + std::to_string(r.position.stream.committed) +
+                             " is out of range");
+    for (std::size_t i = 0; i < above.size(); ++i)
+      if (above[i] <= r.position.stream.committed || (i > 0 && above[i] <= above[i - 1]))
+        throw checkpoint_error(where + "stream.trained_above is not ascending above committed_sequence at " +
+                               std::to_string(above[i]));
+  } else if (r.train_samples == 0) {
+    throw checkpoint_error(where + "train_samples is 0");
+  }
   if (r.position.cursor > r.train_samples)
     throw checkpoint_error(where + "ledger cursor " + std::to_string(r.position.cursor) + " is beyond the " +
                            std::to_string(r.train_samples) + " training samples");

@@ -36,7 +36,11 @@ json to_json(const recovery_event& e) {
           {"requeued", e.requeued}};
 }
 
-json to_json(const checkpoint_event& e) { return {{"event", "checkpoint"}, {"step", e.step}, {"path", e.path}}; }
+json to_json(const checkpoint_event& e) {
+  json j{{"event", "checkpoint"}, {"step", e.step}, {"path", e.path}};
+  if (e.committed_sequence >= 0) j["committed_sequence"] = e.committed_sequence;
+  return j;
+}
 
 json to_json(const trained_event& e) {
   return {{"event", "trained"}, {"device", e.device}, {"step", e.step + 1},   {"epoch", e.epoch},

@@ -62,6 +62,10 @@ struct recovery_event {
 struct checkpoint_event {
   std::int64_t step = 0;
   std::string path;
+  // Stream mode: every record fed up to this sequence number is trained and
+  // inside this checkpoint: commit the upstream offset after it (See Note
+  // [Exactly-once offsets], data/record_queue.hpp). -1: none, or no stream.
+  std::int64_t committed_sequence = -1;
 };
 
 // What one device trained in one step it applied, reported by the device

@@ -31,6 +31,7 @@ class issued_steps {
   std::span<const std::uint32_t> issue(std::int64_t step, std::size_t want);
   // A checkpoint is taken after `step`: commit() reports it.
   void mark_snapshot(std::int64_t step) { in_flight_.at(step).snapshot = true; }
+  bool snapshot_marked(std::int64_t step) const { return in_flight_.at(step).snapshot; }
   // A checkpoint's ledger: where the epoch stood once `step` was committed.
   struct snapshot {
     std::int64_t step = 0;

@@ -110,6 +110,7 @@ step_runner::computed step_runner::compute_slices(const step_shard& shard, repli
                                                   device_control& control, const collective_group& group) {
   computed c;
   c.schedule_position = shard.schedule_position;
+  c.lr_override = shard.lr_override;
   c.step = shard.step;
   c.progress = &control.progress;
   c.start = clock_type::now();
@@ -133,7 +134,7 @@ step_runner::computed step_runner::compute_slices(const step_shard& shard, repli
     const auto slice_rows = rows.subspan(at, std::min<std::size_t>(shard.slice_rows, rows.size() - at));
     control.progress.mark(device_phase::forward, shard.step);
     c.stats += model.accumulate_slice(train.batch(slice_rows), buffers_[buffer]);
-    c.digest += sample_digest(slice_rows);
+    c.digest += sample_digest(slice_rows, train.sequences);
     builder_.add_leaf(slice, buffer, buffers_, free_);
     if (slow != nullptr) injected_delay(control, shard.step, (slow->factor - 1.0) * seconds_since(start));
   };
@@ -155,6 +156,7 @@ step_runner::computed step_runner::compute(const step_shard& shard, replica& mod
                                            collective* comm) {
   computed c;
   c.schedule_position = shard.schedule_position;
+  c.lr_override = shard.lr_override;
   c.step = shard.step;
   c.progress = &control.progress;
   c.start = clock_type::now();
@@ -178,7 +180,7 @@ step_runner::computed step_runner::compute(const step_shard& shard, replica& mod
     control.progress.mark(device_phase::forward, shard.step);
     backward_marker_.begin(&control.progress, shard.step, overlap && last ? &starter_ : nullptr);
     c.stats += model.accumulate(train.batch(slice), &backward_marker_);
-    c.digest += sample_digest(slice);
+    c.digest += sample_digest(slice, train.sequences);
     c.done += slice.size();
     if (slow != nullptr) injected_delay(control, shard.step, (slow->factor - 1.0) * seconds_since(start));
   }
@@ -255,7 +257,7 @@ std::span<const float> step_runner::synchronize(const computed& c, std::size_t r
   device_progress& progress = *c.progress;
   const std::span<float> grads = model.gradients();
   whole_ = {0, grads.size(), 0};  // the gradients as one part
-  lr_ = schedule.at(c.schedule_position);
+  lr_ = c.lr_override > 0.0 ? c.lr_override : schedule.at(c.schedule_position);
   // See Note [Non-finite steps]: the count travels in the header.
   if (!faults_.empty() && find_fault(fault_kind::nan, c.step + 1)) poison_gradients(c, model);
   nonfinite_local_ = count_nonfinite_gradients(c, model);

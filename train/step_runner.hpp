@@ -70,6 +70,7 @@ class step_runner {
     clock::time_point start;
     collective* overlapped = nullptr;  // the endpoint whose buckets compute() started
     double schedule_position = 0.0;    // the shard's (See Note [Schedule position])
+    double lr_override = 0.0;          // the shard's: > 0 replaces the schedule's rate
     std::int64_t step = 0;
     device_progress* progress = nullptr;  // the member's (See Note [Progress-based hang detection])
   };

@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "data/dataset.hpp"
 #include "train/slice_board.hpp"
 
 namespace dpactor {
@@ -25,6 +26,10 @@ struct step_shard {
   std::uint32_t last_slice = 0;
   std::shared_ptr<slice_board> board;  // in-process only, not serialised
   double schedule_position = 0.0;      // the learning rate's (See Note [Schedule position])
+  double lr_override = 0.0;            // > 0: this rate instead of the schedule's (Engine::set_lr)
+  // Stream mode: the step's records, which `indices` address (in-process
+  // only, not serialised). Null: the training set's rows.
+  std::shared_ptr<const dataset> rows;
 
   bool sliced() const noexcept { return slice_rows > 0; }
   std::size_t slices() const noexcept {

@@ -1,0 +1,33 @@
+#include "service/event_feed.hpp"
+
+#include <algorithm>
+
+namespace dpactor {
+
+void event_feed::on_event(const event& e) {
+  if (std::holds_alternative<trained_event>(e)) return;
+  json j = to_json(e);
+  entry x;
+  x.type = j.value("event", "event");
+  x.data = j.dump();
+  std::lock_guard lock(mutex_);
+  x.id = next_id_++;
+  entries_.push_back(std::move(x));
+  while (entries_.size() > capacity_) entries_.pop_front();
+}
+
+std::vector<event_feed::entry> event_feed::since(std::uint64_t after, std::size_t max) const {
+  std::lock_guard lock(mutex_);
+  std::vector<entry> out;
+  auto it = std::upper_bound(entries_.begin(), entries_.end(), after,
+                             [](std::uint64_t id, const entry& x) { return id < x.id; });
+  for (; it != entries_.end() && out.size() < max; ++it) out.push_back(*it);
+  return out;
+}
+
+std::uint64_t event_feed::last_id() const {
+  std::lock_guard lock(mutex_);
+  return next_id_ - 1;
+}
+
+}  // namespace dpactor

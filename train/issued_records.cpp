@@ -1,0 +1,120 @@
+#include "train/issued_records.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <string>
+
+#include "data/epoch_ledger.hpp"
+
+namespace dpactor {
+namespace {
+
+constexpr std::int64_t none = std::numeric_limits<std::int64_t>::max();
+
+// Row `row` of a chunk as a record again.
+record row_record(const dataset& chunk, std::size_t row) {
+  const float* f = chunk.features.data() + row * chunk.feature_count;
+  return record{chunk.sequences[row], chunk.labels[row], std::vector<float>(f, f + chunk.feature_count)};
+}
+
+}  // namespace
+
+issued_records::issued_records(record_queue& queue, const stream_position& resume)
+    : queue_(queue),
+      base_(resume.committed),
+      max_taken_(resume.committed),
+      trained_above_(resume.trained_above.begin(), resume.trained_above.end()) {}
+
+std::shared_ptr<const dataset> issued_records::issue(std::int64_t step, std::size_t want) {
+  scratch_.clear();
+  while (scratch_.size() < want && !front_.empty()) {
+    scratch_.push_back(std::move(front_.front()));
+    front_.pop_front();
+  }
+  if (scratch_.size() < want) queue_.take(want - scratch_.size(), scratch_);
+  auto chunk = std::make_shared<dataset>("stream", scratch_.size(), queue_.feature_count(), queue_.classes());
+  chunk->sequences.resize(scratch_.size());
+  for (std::size_t i = 0; i < scratch_.size(); ++i) {
+    const record& r = scratch_[i];
+    std::copy(r.features.begin(), r.features.end(), chunk->features.data() + i * chunk->feature_count);
+    chunk->labels[i] = r.label;
+    chunk->sequences[i] = r.sequence;
+    max_taken_ = std::max(max_taken_, r.sequence);
+  }
+  in_flight_[step].chunk = chunk;
+  return chunk;
+}
+
+std::vector<issued_records::snapshot> issued_records::commit(std::int64_t through,
+                                                             std::span<const step_returned> returned) {
+  std::vector<snapshot> snapshots;
+  std::size_t next_returned = 0;
+  while (!in_flight_.empty() && in_flight_.begin()->first <= through) {
+    auto it = in_flight_.begin();
+    const std::int64_t step = it->first;
+    const dataset& chunk = *it->second.chunk;
+    std::vector<bool> back(chunk.rows, false);
+    while (next_returned < returned.size() && returned[next_returned].step < step) ++next_returned;
+    if (next_returned < returned.size() && returned[next_returned].step == step)
+      for (const auto row : returned[next_returned].indices) {
+        if (row >= chunk.rows || back[row])
+          throw ledger_error("stream step " + std::to_string(step + 1) + ": row " + std::to_string(row) +
+                             " returned twice or out of range");
+        back[row] = true;
+        front_.push_back(row_record(chunk, row));
+      }
+    for (std::size_t row = 0; row < chunk.rows; ++row) {
+      if (back[row]) continue;
+      const std::int64_t s = chunk.sequences[row];
+      if (s <= base_ || !trained_above_.insert(s).second)
+        throw ledger_error("stream step " + std::to_string(step + 1) + ": the record with sequence number " +
+                           std::to_string(s) + " is already trained");
+    }
+    const bool wanted = it->second.snapshot;
+    in_flight_.erase(it);
+    advance_base(step);
+    if (wanted) snapshots.push_back({step, position_after(step)});
+  }
+  return snapshots;
+}
+
+std::size_t issued_records::roll_back(std::int64_t through) {
+  std::vector<record> undo;
+  for (auto it = in_flight_.upper_bound(through); it != in_flight_.end();) {
+    const dataset& chunk = *it->second.chunk;
+    for (std::size_t row = 0; row < chunk.rows; ++row) undo.push_back(row_record(chunk, row));
+    it = in_flight_.erase(it);
+  }
+  front_.insert(front_.begin(), std::make_move_iterator(undo.begin()), std::make_move_iterator(undo.end()));
+  return undo.size();
+}
+
+std::int64_t issued_records::lowest_untrained(std::int64_t step) const {
+  std::int64_t lowest = none;
+  for (const record& r : front_) lowest = std::min(lowest, r.sequence);
+  for (auto it = in_flight_.upper_bound(step); it != in_flight_.end(); ++it)
+    for (const auto s : it->second.chunk->sequences) lowest = std::min(lowest, s);
+  return lowest;
+}
+
+// Records leave the queue in sequence order, so whatever is still queued, or
+// not yet fed, is above every record that went out: below the lowest one not
+// trained, or up to the highest that went out when all are, every record fed
+// is trained.
+void issued_records::advance_base(std::int64_t step) {
+  const std::int64_t lowest = lowest_untrained(step);
+  base_ = std::max(base_, lowest == none ? max_taken_ : lowest - 1);
+  trained_above_.erase(trained_above_.begin(), trained_above_.upper_bound(base_));
+}
+
+stream_position issued_records::position_after(std::int64_t step) const {
+  stream_position p;
+  p.active = true;
+  const std::int64_t lowest = lowest_untrained(step);
+  p.committed = std::max(base_, lowest == none ? max_taken_ : lowest - 1);
+  for (const auto s : trained_above_)
+    if (s > p.committed) p.trained_above.push_back(s);
+  return p;
+}
+
+}  // namespace dpactor

@@ -1,0 +1,82 @@
+#pragma once
+// The loader's book of a stream's steps: the stream counterpart of
+// issued_steps. Each step takes the next records, oldest first (records a
+// cut or a rollback sent back come first), into a chunk that its shards
+// address by row; a commit keeps track of what is trained, and a checkpoint
+// records where the stream stands (See Note [Exactly-once offsets],
+// data/record_queue.hpp). Tested without actors (tests/issued_records_test.cpp).
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <set>
+#include <span>
+#include <vector>
+
+#include "data/dataset.hpp"
+#include "data/record_queue.hpp"
+#include "data/stream_position.hpp"
+#include "train/step_record.hpp"
+
+namespace dpactor {
+
+class issued_records {
+ public:
+  // `resume`: the stream position of the checkpoint the run resumes from.
+  issued_records(record_queue& queue, const stream_position& resume);
+
+  // Records ready to go out: sent back ones and queued ones.
+  std::size_t available() const { return front_.size() + queue_.size(); }
+  // Records sent back by cuts and rollbacks, going out first.
+  std::size_t sent_back() const noexcept { return front_.size(); }
+  // The stream has ended and every record went out.
+  bool drained() const { return queue_.closed() && available() == 0; }
+  bool empty() const noexcept { return in_flight_.empty(); }
+  bool in_flight(std::int64_t step) const { return in_flight_.count(step) != 0; }
+  record_queue& queue() noexcept { return queue_; }
+  const record_queue& queue() const noexcept { return queue_; }
+
+  // The next `want` records (fewer only at the end of the stream) as the rows
+  // of `step`'s chunk, in sequence order of their going out.
+  std::shared_ptr<const dataset> issue(std::int64_t step, std::size_t want);
+  void mark_snapshot(std::int64_t step) { in_flight_.at(step).snapshot = true; }
+  bool snapshot_marked(std::int64_t step) const { return in_flight_.at(step).snapshot; }
+  struct snapshot {
+    std::int64_t step = 0;
+    stream_position position;
+  };
+  // Commits every step up to `through`, in order; the rows a cut returned
+  // (`returned`, chunk rows) go out again before any other record. Returns
+  // the positions of committed steps marked for a snapshot, each taken right
+  // after its step. Throws ledger_error if a record would be trained twice.
+  std::vector<snapshot> commit(std::int64_t through, std::span<const step_returned> returned);
+  // Steps after `through` are not in the next generation's state: their
+  // records go back ahead of all others, in order. Returns how many.
+  std::size_t roll_back(std::int64_t through);
+  // Where the stream stands once `step` is committed: the records of later
+  // steps in flight, and those waiting to go out again, are not trained.
+  stream_position position_after(std::int64_t step) const;
+  // The committed sequence of the position after the last commit.
+  std::int64_t committed() const noexcept { return base_; }
+
+ private:
+  struct step_in_flight {
+    std::shared_ptr<const dataset> chunk;
+    bool snapshot = false;
+  };
+  // The lowest sequence number not trained at `step`: of the records sent
+  // back and of steps after it in flight. INT64_MAX: none.
+  std::int64_t lowest_untrained(std::int64_t step) const;
+  void advance_base(std::int64_t step);
+
+  record_queue& queue_;
+  std::deque<record> front_;  // sent back by cuts and rollbacks, going out first
+  std::map<std::int64_t, step_in_flight> in_flight_;
+  std::int64_t base_;        // every record up to it is trained
+  std::int64_t max_taken_;   // the highest sequence number that went out
+  std::set<std::int64_t> trained_above_;  // trained records above base_
+  std::vector<record> scratch_;
+};
+
+}  // namespace dpactor

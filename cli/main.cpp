@@ -247,6 +247,7 @@ int run(int argc, char** argv, cli::signal_watch& signals) {
       events = std::make_shared<event_feed>();
       o.events = events;
       o.token = read_service_token(config.service.token_file);
+      o.thread_nice = static_cast<int>(config.service.thread_nice);
       o.routes = control_routes(run_controls{
           [&engine] { engine.request_checkpoint(); },
           [&engine] {

@@ -113,6 +113,7 @@ struct service_config {
   std::string listen;  // "ADDR:PORT"; empty: no HTTP endpoint
   std::string token_file;  // the control endpoints' bearer token; empty: DPACTOR_SERVICE_TOKEN
   double snapshot_every_s = 1.0;  // parameter copies for Engine::latest_snapshot; 0 = off
+  std::int64_t thread_nice = 10;  // the HTTP server's threads (20: SCHED_IDLE)
 };
 
 struct job_config {

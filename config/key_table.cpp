@@ -419,6 +419,11 @@ const std::vector<key_spec>& keys() {
                "How often the first replica copies its parameters, between two of its steps, for serving "
                "predictions while training (Engine::latest_snapshot; the copy's step is its version). 0 = no "
                "copies. A copy costs about as much as reading the parameters once.");
+    b.integer("thread_nice", [](job_config& c) -> std::int64_t& { return c.service.thread_nice; }, 0,
+              "The nice value of the HTTP server's threads. On a machine the replicas fill, a request that preempts "
+              "a replica holds up the whole step; 10 prefers the replicas mildly; 20 runs the server only on CPU "
+              "the replicas leave idle (SCHED_IDLE: training is never preempted, requests may wait); 0: as the "
+              "process (docs/service.md).", 20);
     b.string("token_file", [](job_config& c) -> std::string& { return c.service.token_file; },
              "A file holding the bearer token that the control endpoints (POST /checkpoint, /stop, /devices, "
              "DELETE /devices/{name}, PUT /lr) require as \"Authorization: Bearer <token>\". Empty: the "

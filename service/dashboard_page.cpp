@@ -109,7 +109,6 @@ const handlers = {
   },
   epoch(e) {
     if (e.test_loss !== null) { push(series.testLoss, e.step, e.test_loss); push(series.testAcc, e.step, e.test_accuracy); }
-    note("epoch", "epoch " + (e.epoch + 1) + " done at step " + e.step + (e.test_accuracy !== null ? ": test accuracy " + e.test_accuracy.toFixed(4) : ""));
   },
   membership(e) {
     members = e.members; devices(members);

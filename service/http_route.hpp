@@ -32,6 +32,9 @@ struct http_route {
   // without a token configured a guarded route answers 403.
   bool guarded = false;
   std::function<http_reply(const http_request_view&)> handler;
+  // The handler is quick and never blocks (a prediction): it runs on the
+  // server's own thread, saving two thread hand-offs a request.
+  bool inline_handler = false;
 };
 
 // A JSON error body: {"error": "..."}.

@@ -39,6 +39,11 @@ struct http_service_options {
   // guarded routes are off (403).
   std::string token;
   std::size_t route_threads = 2;  // workers that run route handlers
+  // The nice value of the server's threads (Linux: per thread): on a machine
+  // the replicas fill, each replica a request preempts holds up the whole
+  // step (See Note [Serving beside training]). 0: as the process; 20:
+  // SCHED_IDLE, only CPU the replicas leave idle.
+  int thread_nice = 10;
   // GET /events streams these (Server-Sent Events); null: 404.
   std::shared_ptr<const event_feed> events;
   // One event stream ends after this long; the browser's EventSource

@@ -17,6 +17,7 @@
 
 #include "service/control_routes.hpp"
 #include "service/event_feed.hpp"
+#include "service/feature_body.hpp"
 #include "service/http_service.hpp"
 #include "service/metrics_board.hpp"
 #include "test_support.hpp"
@@ -508,6 +509,21 @@ TEST(Dashboard, ThePageIsServedWholeFromTheBinary) {
   // Self-contained: nothing from another origin (no CDN, no web fonts).
   for (const char* outside : {"http://", "https://", "//cdn", "@import", "<link", "src="})
     EXPECT_EQ(page.find(outside), std::string::npos) << outside;
+}
+
+TEST(Predict, TheFastBodyReaderReadsWhatTheJsonParserReads) {
+  for (const std::string body : {R"({"features": [0.5, -1, 2e3, 0.0001, 7]})", R"({ "features" : [ ] })",
+                                 "{\"features\":[1.5,\n2.25]}\n", R"({"features": [1, 2], "id": 7})",
+                                 R"({"id": 7, "features": [3]})", R"({"features": [1E2, -0.0]})"}) {
+    std::vector<float> expected;
+    const json doc = json::parse(body);
+    for (const json& v : doc.at("features")) expected.push_back(v.get<float>());
+    EXPECT_EQ(parse_feature_body(body), expected) << body;
+  }
+  for (const std::string bad : {"", "{", "[1, 2]", R"({"features": [1, "2"]})", R"({"features": [NaN]})",
+                                R"({"features": [Infinity]})", R"({"features": [1e999]})", R"({"features": 3})",
+                                R"({"feature": [1]})", R"({"features": [+1]})", R"({"features": [inf]})"})
+    EXPECT_THROW(parse_feature_body(bad), std::invalid_argument) << bad;
 }
 
 TEST(Http, TheCliRefusesAnAddressItCannotParse) {

@@ -30,6 +30,7 @@
 #include "actors/engine.hpp"
 #include "config/config_file.hpp"
 #include "service/control_routes.hpp"
+#include "service/feature_body.hpp"
 #include "service/http_service.hpp"
 #include "service/service_token.hpp"
 #include "tensors/mlp.hpp"
@@ -114,9 +115,9 @@ http_reply predict(const Engine& engine, const mlp_spec& spec, const http_reques
   if (!snap) return json_error(503, "no parameters yet");
   std::vector<float> x;
   try {
-    x = json::parse(req.body).at("features").get<std::vector<float>>();
-  } catch (const json::exception& e) {
-    return json_error(400, std::string("expected {\"features\": [numbers]}: ") + e.what());
+    x = parse_feature_body(req.body);
+  } catch (const std::invalid_argument& e) {
+    return json_error(400, e.what());
   }
   if (x.size() != static_cast<std::size_t>(spec.inputs()))
     return json_error(400, "expected " + std::to_string(spec.inputs()) + " features, got " + std::to_string(x.size()));
@@ -192,12 +193,14 @@ int main(int argc, char** argv) {
       o.address = config.service.listen.substr(0, colon);
       o.port = static_cast<std::uint16_t>(std::stoi(config.service.listen.substr(colon + 1)));
       o.token = read_service_token(config.service.token_file);
+      o.thread_nice = static_cast<int>(config.service.thread_nice);
       o.events = events;
       o.routes = control_routes({[&] { engine.request_checkpoint(); }, [&] { engine.stop(); },
                                  [&] { return engine.add_device(); },
                                  [&](const std::string& n) { return board->has_member(n) && (engine.remove_device(n), true); },
                                  [&](std::optional<double> lr) { engine.set_lr(lr); }});
-      o.routes.push_back({"POST", "/predict", false, [&](const http_request_view& r) { return predict(engine, config.model, r); }});
+      o.routes.push_back(
+          {"POST", "/predict", false, [&](const http_request_view& r) { return predict(engine, config.model, r); }, true});
       http = std::make_unique<http_service>(board, std::move(o));
       std::printf("serving on http://%s:%u (dashboard at /, POST /predict, GET /metrics, /status, /events)\n",
                   http->address().c_str(), http->port());

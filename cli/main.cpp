@@ -181,6 +181,13 @@ int run(int argc, char** argv, cli::signal_watch& signals) {
     return 0;
   }
 
+  // Stream mode trains on records a program feeds the engine; this command
+  // has nothing to feed it and would wait for ever.
+  if (config.train.mode == train_mode::stream)
+    return fail(config.source + ": train.mode = \"stream\" trains on records that a program embedding the engine "
+                "feeds it (Engine::feed or a record_source; examples/embed_service is such a program, "
+                "docs/service.md); the dpactor command trains from the files of [data]: set train.mode = \"epochs\"",
+                cli::exit_config);
   // --resume latest: the newest checkpoint of the run's own checkpoint
   // directory (a directory named "latest" is ./latest).
   if (opts.resume == "latest") {

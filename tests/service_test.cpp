@@ -526,6 +526,15 @@ TEST(Predict, TheFastBodyReaderReadsWhatTheJsonParserReads) {
     EXPECT_THROW(parse_feature_body(bad), std::invalid_argument) << bad;
 }
 
+TEST(Http, TheCliRefusesStreamModeSayingWhatFeedsAStream) {
+  testing::scratch_dir dir;
+  testing::cli_process run({"--model", std::string(DPACTOR_SOURCE_DIR) + "/configs/stream.cfg"}, dir.path());
+  const auto result = run.wait(60s);
+  EXPECT_EQ(result.exit_code, 2) << result.output;
+  EXPECT_NE(result.output.find("train.mode = \"stream\""), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("examples/embed_service"), std::string::npos) << result.output;
+}
+
 TEST(Http, TheCliRefusesAnAddressItCannotParse) {
   testing::scratch_dir dir;
   testing::cli_process run({"--model", std::string(DPACTOR_SOURCE_DIR) + "/configs/mlp.cfg", "--serve", "nowhere"},

@@ -58,6 +58,7 @@ bool in_flight(const loader_state& st, std::int64_t step) {
 
 void mark_snapshot(loader_state& st, std::int64_t step) {
   st.last_snapshot_mark = std::chrono::steady_clock::now();
+  st.last_snapshot_step = step;
   if (st.records) st.records->mark_snapshot(step);
   else st.issued->mark_snapshot(step);
 }
@@ -237,9 +238,27 @@ void checkpoint_soon(loader_ptr self) {
     mark_snapshot(st, last);
   } else {
     st.last_snapshot_mark = std::chrono::steady_clock::now();
+    st.last_snapshot_step = last;
     send_ledger_snapshot(self, last);
   }
   self->send(st.plan.members.at(0), snapshot_msg{st.plan.generation, last});
+}
+
+// An idle stream still checkpoints what it trained, checkpoint_every_s
+// after the last checkpoint, so that the committed offset does not wait for
+// the next records (See Note [Exactly-once offsets]).
+void checkpoint_while_idle(loader_ptr self) {
+  auto& st = self->state;
+  if (!st.setup.checkpoints || st.setup.checkpoint_every_s <= 0.0 || st.committed_step <= st.last_snapshot_step) return;
+  const auto every = std::chrono::duration<double>(st.setup.checkpoint_every_s);
+  const auto since = std::chrono::steady_clock::now() - st.last_snapshot_mark;
+  if (since >= every) {
+    checkpoint_soon(self);
+    return;
+  }
+  self->delayed_send(self, std::chrono::duration_cast<std::chrono::milliseconds>(every - since) +
+                               std::chrono::milliseconds(1),
+                     records_atom::value);
 }
 
 void set_idle(loader_ptr self, bool idle) {
@@ -280,7 +299,10 @@ void pump_stream(loader_ptr self) {
         self->send(st.reducer, paused_msg{st.plan.generation, st.next_step - 1});
         return;
       }
-      if (in_flight == 0) set_idle(self, true);
+      if (in_flight == 0) {
+        set_idle(self, true);
+        checkpoint_while_idle(self);
+      }
       const std::size_t want = static_cast<std::size_t>(st.setup.batch_size) - st.records->sent_back();
       // Weak: the queue may outlive the actor system.
       const auto wake = [loader = caf::actor_cast<caf::weak_actor_ptr>(self->ctrl())] {

@@ -77,6 +77,7 @@ struct loader_state {
   std::optional<issued_records> records;  // stream mode: the records of the steps in flight
   bool idle = false;                      // stream mode: told the reducer it waits for records
   std::chrono::steady_clock::time_point last_snapshot_mark{};
+  std::int64_t last_snapshot_step = -1;  // the step of the last checkpoint asked for
   std::vector<std::uint32_t> chunk_rows;  // stream mode: 0 .. rows - 1 of the step being issued
   double lr_override = 0.0;               // > 0: every step issued carries it (Engine::set_lr)
   bool checkpoint_requested = false;      // Engine::request_checkpoint: at the next step issued

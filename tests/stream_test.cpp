@@ -294,6 +294,32 @@ TEST(Serving, TheLatestSnapshotIsTheNewestParametersUnderTheirStep) {
   }
 }
 
+// Records trained before the stream paused are checkpointed, and their
+// offset committed, checkpoint_every_s later, without waiting for more.
+TEST(Stream, AnIdleStreamCheckpointsWhatItTrainedOnTime) {
+  scratch_dir dir;
+  job_config c = stream_job(2);
+  c.train.checkpoint_dir = (dir / "ckpt").string();
+  c.train.checkpoint_every_s = 0.3;
+  stream_record_book book;
+  Engine engine(c);
+  engine.on_event([&](const event& e) { book.on(e); });
+  engine.start();
+  feed_all(engine, 0, 70);  // 2 steps, 6 records waiting
+  ASSERT_TRUE(testing::eventually([&] { return book.trained() == 64; }, 30s));
+  EXPECT_TRUE(testing::eventually([&] { return engine.committed_sequence() == 63; }, 5s))
+      << "committed " << engine.committed_sequence() << ": the pause held the checkpoint back";
+  const auto written = [&] {
+    std::lock_guard lock(book.mutex);
+    return book.checkpoints.size();
+  };
+  const std::size_t once = written();
+  std::this_thread::sleep_for(1s);  // idle for three periods with nothing new trained
+  EXPECT_EQ(written(), once) << "an idle stream with nothing new trained writes no more checkpoints";
+  engine.stop();
+  testing::wait_or_exit(engine, 60s, "idle checkpoints");
+}
+
 TEST(Stream, MisuseIsRefusedWithAClearError) {
   {
     Engine files(testing::small_job(1, 32));

@@ -1,11 +1,11 @@
 #include "actors/loader.hpp"
 
 #include <algorithm>
-#include <numeric>
 #include <stdexcept>
 #include <string>
 
-#include "train/schedule_position.hpp"
+#include "train/issued_records.hpp"
+#include "train/issued_steps.hpp"
 #include "train/straggler.hpp"
 
 namespace dpactor {
@@ -37,51 +37,48 @@ void send_evaluation(loader_ptr self, evaluate_msg eval) {
 void start_evaluation(loader_ptr self, bool epoch_end) {
   auto& st = self->state;
   evaluate_msg eval;
-  eval.epoch = st.issued->ledger().epoch();
+  eval.epoch = st.source->epoch();
   eval.step = st.next_step - 1;
   eval.epoch_end = epoch_end;
   st.pending_eval = eval;
   send_evaluation(self, eval);
 }
 
-// The ledger, or the stream's position, as a checkpoint after `step` records it.
-ledger_position position_after(const loader_state& st, std::int64_t step) {
-  if (!st.records) return st.issued->position_after(step);
-  ledger_position p;
-  p.stream = st.records->position_after(step);
-  return p;
-}
-
-bool in_flight(const loader_state& st, std::int64_t step) {
-  return st.records ? st.records->in_flight(step) : st.issued->in_flight(step);
+// The training set's epochs, or the stream, resumed where the checkpoint
+// stood.
+std::unique_ptr<data_source> make_source(const loader_setup& setup) {
+  if (setup.stream)
+    return std::make_unique<issued_records>(*setup.stream,
+                                            setup.resume_position ? setup.resume_position->stream : stream_position{});
+  auto steps = std::make_unique<issued_steps>(setup.train_rows, setup.seed, setup.shuffle);
+  if (!setup.resume_position) {
+    steps->start_epoch(0);
+    return steps;
+  }
+  steps->ledger().restore(*setup.resume_position);
+  // A checkpoint taken at the end of an epoch resumes with the next one; that
+  // epoch was already evaluated.
+  if (steps->ledger().epoch_complete() && steps->epoch() + 1 < setup.epochs) steps->start_epoch(steps->epoch() + 1);
+  return steps;
 }
 
 void mark_snapshot(loader_state& st, std::int64_t step) {
   st.last_snapshot_mark = std::chrono::steady_clock::now();
   st.last_snapshot_step = step;
-  if (st.records) st.records->mark_snapshot(step);
-  else st.issued->mark_snapshot(step);
+  st.source->mark_snapshot(step);
 }
 
 void send_ledger_snapshot(loader_ptr self, std::int64_t step) {
   auto& st = self->state;
-  self->send(st.reducer, ledger_snapshot_msg{step, position_after(st, step)});
+  self->send(st.reducer, ledger_snapshot_msg{step, st.source->position_after(step)});
 }
 
-// Applies a commit: every step up to `through`, whose cut indices go back to
-// the ledger (or the stream) while the rest is trained.
+// Applies a commit: every step up to `through`, whose cut samples go back to
+// the source while the rest is trained.
 void apply_commit(loader_ptr self, const committed_msg& msg) {
   auto& st = self->state;
-  if (st.records) {
-    for (auto& s : st.records->commit(msg.through, msg.returned)) {
-      ledger_position p;
-      p.stream = std::move(s.position);
-      self->send(st.reducer, ledger_snapshot_msg{s.step, std::move(p)});
-    }
-  } else {
-    for (auto& s : st.issued->commit(msg.through, msg.returned))
-      self->send(st.reducer, ledger_snapshot_msg{s.step, std::move(s.position)});
-  }
+  for (auto& s : st.source->commit(msg.through, msg.returned))
+    self->send(st.reducer, ledger_snapshot_msg{s.step, std::move(s.position)});
   st.committed_step = std::max(st.committed_step, msg.through);
 }
 
@@ -121,28 +118,21 @@ void finish(loader_ptr self, bool evaluated) {
   if (!evaluated) start_evaluation(self, false);
   if (st.setup.checkpoints) {
     self->send(members.at(0), snapshot_msg{st.plan.generation, last});
-    if (in_flight(st, last))
+    if (st.source->in_flight(last))
       mark_snapshot(st, last);
     else
       send_ledger_snapshot(self, last);  // already committed (or nothing trained)
   }
   for (const auto& m : members) self->send(m, finish_msg{st.plan.generation, last});
-  self->send(st.reducer, work_done_msg{last, !evaluated, st.setup.checkpoints,
-                                       st.requeued_before + static_cast<std::int64_t>(st.issued->ledger().requeued_total())});
-}
-
-// Stream mode: whether a step's records are there: a whole batch, or what is
-// left at the end of the stream.
-bool records_ready(const loader_state& st) {
-  const std::size_t available = st.records->available();
-  return available >= static_cast<std::size_t>(st.setup.batch_size) || (available > 0 && st.records->queue().closed());
+  self->send(st.reducer,
+             work_done_msg{last, !evaluated, st.setup.checkpoints, st.requeued_before + st.source->requeued()});
 }
 
 // Whether the next step may go out: not past max_steps or a pause point.
 bool may_issue(const loader_state& st) {
   if (st.setup.max_steps > 0 && st.next_step >= st.setup.max_steps) return false;
   if (st.pause_after && st.next_step > *st.pause_after) return false;
-  return st.records ? records_ready(st) : st.issued->ledger().waiting() > 0;
+  return st.source->what_next(static_cast<std::size_t>(st.setup.batch_size)) == data_source::next::step;
 }
 
 // A checkpoint is due after `step`: every checkpoint_every steps, or
@@ -169,25 +159,13 @@ void issue_message(loader_ptr self) {
     const std::int64_t step = st.next_step++;
     if (st.setup.crash_at == step)
       throw std::runtime_error("injected crash (fault spec crash:loader@" + std::to_string(step + 1) + ")");
-    const epoch_ledger& ledger = st.issued->ledger();
-    const std::int64_t epoch = ledger.epoch();
+    const std::int64_t epoch = st.source->epoch();
     // See Note [Schedule position]: reproducible mode has no cuts, and there
-    // the position is the step's index, also when a fault re-plans the step;
-    // a stream has no epochs to place a step in.
-    const double position = st.setup.slice_rows > 0 || st.records
+    // the position is the step's index, also when a fault re-plans the step.
+    const double position = st.setup.slice_rows > 0
                                 ? static_cast<double>(step)
-                                : schedule_position(epoch, st.setup.epoch_steps, ledger.samples() - ledger.waiting(),
-                                                    st.setup.batch_size);
-    std::shared_ptr<const dataset> rows;
-    if (st.records) {
-      // A stream's step addresses the rows of its own chunk.
-      rows = st.records->issue(step, static_cast<std::size_t>(st.setup.batch_size));
-      st.chunk_rows.resize(rows->rows);
-      std::iota(st.chunk_rows.begin(), st.chunk_rows.end(), 0u);
-    }
-    const std::span<const std::uint32_t> indices =
-        st.records ? std::span<const std::uint32_t>(st.chunk_rows)
-                   : st.issued->issue(step, static_cast<std::size_t>(st.setup.batch_size));
+                                : st.source->schedule_position(step, st.setup.epoch_steps, st.setup.batch_size);
+    const auto [indices, rows] = st.source->issue(step, static_cast<std::size_t>(st.setup.batch_size));
     const std::size_t rotation = static_cast<std::size_t>(step) % members.size();
     if (st.setup.slice_rows > 0) {
       // Every member gets the whole step and a range of its slices (See Note
@@ -233,8 +211,8 @@ void checkpoint_soon(loader_ptr self) {
     st.checkpoint_requested = true;  // nothing trained yet: with the first step
     return;
   }
-  if (in_flight(st, last)) {
-    if (st.records ? st.records->snapshot_marked(last) : st.issued->snapshot_marked(last)) return;  // already coming
+  if (st.source->in_flight(last)) {
+    if (st.source->snapshot_marked(last)) return;  // already coming
     mark_snapshot(st, last);
   } else {
     st.last_snapshot_mark = std::chrono::steady_clock::now();
@@ -268,100 +246,94 @@ void set_idle(loader_ptr self, bool idle) {
   self->send(st.reducer, idle_msg{st.plan.generation, idle});
 }
 
-// Stream mode: issues steps while records are there; See Note [Work flows
-// through the loader].
-void pump_stream(loader_ptr self) {
+// Ends an epoch once all of it is committed: reports it, evaluates, and
+// starts the next one, or finishes after the last.
+void end_epoch(loader_ptr self, bool step_limit) {
   auto& st = self->state;
-  while (st.have_plan && !st.finished && !st.paused) {
-    if (st.stop_requested) {
-      finish(self, false);
-      return;
-    }
-    const std::int64_t in_flight = st.next_step - st.committed_step - 1;
-    if (st.pause_after && st.next_step > *st.pause_after) {
-      st.paused = true;
-      self->send(st.reducer, paused_msg{st.plan.generation, st.next_step - 1});
-      return;
-    }
-    if (st.setup.max_steps > 0 && st.next_step >= st.setup.max_steps) {
-      finish(self, false);
-      return;
-    }
-    if (st.records->drained()) {
-      if (in_flight == 0) finish(self, false);  // the end of the stream, all of it committed
-      return;
-    }
-    if (!records_ready(st)) {
-      // A pause point cannot be reached without records: the generation
-      // may change after the steps already out.
-      if (st.pause_after) {
-        st.paused = true;
-        self->send(st.reducer, paused_msg{st.plan.generation, st.next_step - 1});
-        return;
-      }
-      if (in_flight == 0) {
-        set_idle(self, true);
-        checkpoint_while_idle(self);
-      }
-      const std::size_t want = static_cast<std::size_t>(st.setup.batch_size) - st.records->sent_back();
-      // Weak: the queue may outlive the actor system.
-      const auto wake = [loader = caf::actor_cast<caf::weak_actor_ptr>(self->ctrl())] {
-        if (auto strong = loader.lock()) caf::anon_send(caf::actor_cast<loader_actor>(strong), records_atom::value);
-      };
-      if (st.records->queue().notify_when(want, wake))
-        continue;  // they came meanwhile
-      return;
-    }
-    if (in_flight >= st.setup.prefetch * st.steps_per_message) return;
-    set_idle(self, false);
-    issue_message(self);
-  }
-}
-
-// Issues as many shard messages as the prefetch window allows.
-void pump(loader_ptr self) {
-  auto& st = self->state;
-  if (st.records) {
-    pump_stream(self);
+  const auto totals = st.source->end_epoch();
+  const bool last = step_limit || totals.epoch + 1 >= st.setup.epochs;
+  // Evaluated every eval_every epochs, and always at the end of the run.
+  const bool evaluate = last || (st.setup.eval_every > 0 && (totals.epoch + 1) % st.setup.eval_every == 0);
+  self->send(st.reducer, epoch_ledger_msg{totals.epoch, totals.committed, totals.requeued, evaluate});
+  if (evaluate) start_evaluation(self, true);
+  if (last) {
+    finish(self, true);
     return;
   }
+  st.requeued_before += totals.requeued;
+  st.source->start_epoch(totals.epoch + 1);
+}
+
+// A stream waits for records: the loader tells the reducer it is idle once
+// nothing is in flight, and wakes when they come. Returns true when they
+// came meanwhile.
+bool wait_for_records(loader_ptr self, std::int64_t in_flight) {
+  auto& st = self->state;
+  if (in_flight == 0) {
+    set_idle(self, true);
+    checkpoint_while_idle(self);
+  }
+  // Weak: the queue may outlive the actor system.
+  const auto wake = [loader = caf::actor_cast<caf::weak_actor_ptr>(self->ctrl())] {
+    if (auto strong = loader.lock()) caf::anon_send(caf::actor_cast<loader_actor>(strong), records_atom::value);
+  };
+  return st.source->wake_when_ready(static_cast<std::size_t>(st.setup.batch_size), wake);
+}
+
+void pause_here(loader_ptr self) {
+  auto& st = self->state;
+  st.paused = true;
+  self->send(st.reducer, paused_msg{st.plan.generation, st.next_step - 1});
+}
+
+// Issues as many shard messages as the prefetch window allows; See Note
+// [Work flows through the loader].
+void pump(loader_ptr self) {
+  auto& st = self->state;
   while (st.have_plan && !st.finished && !st.paused) {
     if (st.stop_requested) {
       finish(self, false);
       return;
     }
     if (st.pause_after && st.next_step > *st.pause_after) {
-      st.paused = true;
-      self->send(st.reducer, paused_msg{st.plan.generation, st.next_step - 1});
+      pause_here(self);
       return;
     }
     const std::int64_t in_flight = st.next_step - st.committed_step - 1;
     if (in_flight >= st.setup.prefetch * st.steps_per_message || st.pending_eval) return;
     const bool step_limit = st.setup.max_steps > 0 && st.next_step >= st.setup.max_steps;
-    if (st.issued->ledger().waiting() == 0) {
-      if (!st.issued->empty()) return;  // the epoch ends once all of it is committed
-      st.issued->ledger().verify_complete();
-      const bool last = step_limit || st.issued->ledger().epoch() + 1 >= st.setup.epochs;
-      // Evaluated every eval_every epochs, and always at the end of the run.
-      const bool evaluate =
-          last || (st.setup.eval_every > 0 && (st.issued->ledger().epoch() + 1) % st.setup.eval_every == 0);
-      self->send(st.reducer, epoch_ledger_msg{st.issued->ledger().epoch(), static_cast<std::int64_t>(st.issued->ledger().committed()),
-                                              static_cast<std::int64_t>(st.issued->ledger().requeued_total()), evaluate});
-      if (evaluate) start_evaluation(self, true);
-      if (last) {
-        finish(self, true);
+    switch (st.source->what_next(static_cast<std::size_t>(st.setup.batch_size))) {
+      case data_source::next::step:
+        if (step_limit) {
+          finish(self, false);
+          return;
+        }
+        set_idle(self, false);
+        issue_message(self);
+        break;
+      case data_source::next::wait_commits:
         return;
-      }
-      st.requeued_before += static_cast<std::int64_t>(st.issued->ledger().requeued_total());
-      st.issued->ledger().start_epoch(st.issued->ledger().epoch() + 1);
-      if (evaluate) return;  // the next epoch starts when the evaluation is complete
-      continue;
+      case data_source::next::epoch_end:
+        end_epoch(self, step_limit);
+        if (st.pending_eval) return;  // the next epoch starts when the evaluation is complete
+        break;
+      case data_source::next::wait_records:
+        if (step_limit) {
+          finish(self, false);
+          return;
+        }
+        // A pause point cannot be reached without records: the generation
+        // may change after the steps already out.
+        if (st.pause_after) {
+          pause_here(self);
+          return;
+        }
+        if (!wait_for_records(self, in_flight)) return;
+        break;  // they came meanwhile
+      case data_source::next::end:
+        finish(self, false);  // the end of the stream, all of it committed
+        return;
     }
-    if (step_limit) {
-      finish(self, false);
-      return;
-    }
-    issue_message(self);
   }
 }
 
@@ -372,7 +344,7 @@ void roll_back(loader_ptr self, const rollback_msg& msg) {
   auto& st = self->state;
   const std::int64_t through = msg.commit.through;
   apply_commit(self, msg.commit);
-  const std::size_t undone = st.records ? st.records->roll_back(through) : st.issued->roll_back(through);
+  const std::size_t undone = st.source->roll_back(through);
   self->send(st.reducer, rollback_done_msg{static_cast<std::int64_t>(undone)});
   st.committed_step = through;
   st.last_commit_step = -1;  // the step-time measurement restarts
@@ -391,22 +363,11 @@ loader_actor::behavior_type loader_behavior(loader_ptr self, loader_setup setup)
   // An exception (a broken exactly-once invariant, ledger_error) ends the
   // loader with its message; the reducer, which monitors it, ends the run.
   self->set_exception_handler([](std::exception_ptr& x) { return error_of(x); });
-  st.issued.emplace(st.setup.train_rows, st.setup.seed, st.setup.shuffle);
+  st.source = make_source(st.setup);
   st.last_snapshot_mark = std::chrono::steady_clock::now();
-  if (st.setup.stream)
-    st.records.emplace(*st.setup.stream, st.setup.resume_position ? st.setup.resume_position->stream : stream_position{});
   st.next_step = st.setup.start_step;
   st.committed_step = st.setup.start_step - 1;
   st.steps_per_message = std::max<std::int64_t>(1, st.setup.steps_per_message);
-  if (st.setup.resume_position && !st.records) {
-    st.issued->ledger().restore(*st.setup.resume_position);
-    // A checkpoint taken at the end of an epoch resumes with the next one; that
-    // epoch was already evaluated.
-    if (st.issued->ledger().epoch_complete() && st.issued->ledger().epoch() + 1 < st.setup.epochs)
-      st.issued->ledger().start_epoch(st.issued->ledger().epoch() + 1);
-  } else {
-    st.issued->ledger().start_epoch(0);
-  }
   return {
       [self](generation_plan& plan) {
         auto& st = self->state;
@@ -444,10 +405,7 @@ loader_actor::behavior_type loader_behavior(loader_ptr self, loader_setup setup)
         if (msg.generation != st.plan.generation) return;
         st.pause_after = msg.after;
         pump(self);
-        if (!st.paused && (st.finished || !st.have_plan)) {
-          st.paused = true;
-          self->send(st.reducer, paused_msg{st.plan.generation, st.next_step - 1});
-        }
+        if (!st.paused && (st.finished || !st.have_plan)) pause_here(self);
       },
       [self](const shares_msg& msg) {
         auto& st = self->state;
@@ -455,7 +413,7 @@ loader_actor::behavior_type loader_behavior(loader_ptr self, loader_setup setup)
       },
       [self](ledger_atom) {
         auto& st = self->state;
-        return ledger_snapshot_msg{st.committed_step, position_after(st, st.committed_step)};
+        return ledger_snapshot_msg{st.committed_step, st.source->position_after(st.committed_step)};
       },
       [self](stop_atom) {
         self->state.stop_requested = true;

@@ -20,9 +20,11 @@
 // indices go back to the ledger's front and are planned again, with the same
 // step numbers, for the next generation.
 //
-// Stream mode has no epochs: a step is the next batch_size records of the
-// stream (See Note [Exactly-once offsets]), and the loader waits, telling
-// the reducer it is idle, while fewer are queued. At the end of the stream
+// The loader draws steps from a data_source (train/data_source.hpp) and
+// does what it says comes next, never asking which kind it is. A stream has
+// no epochs: a step is the next batch_size records of the stream (See Note
+// [Exactly-once offsets]), and the loader waits, telling the reducer it is
+// idle, while fewer are queued. At the end of the stream
 // the last step takes what is left, and the run ends as after its last epoch.
 //
 // Epochs do not overlap: the next epoch's shards go out once every index of
@@ -40,8 +42,8 @@
 #include <caf/all.hpp>
 
 #include "actors/protocol.hpp"
-#include "train/issued_records.hpp"
-#include "train/issued_steps.hpp"
+#include "data/record_queue.hpp"
+#include "train/data_source.hpp"
 
 namespace dpactor {
 
@@ -73,12 +75,10 @@ struct loader_setup {
 struct loader_state {
   loader_setup setup;
   reducer_actor reducer;  // from the generation plan
-  std::optional<issued_steps> issued;  // the epoch ledger and the steps in flight
-  std::optional<issued_records> records;  // stream mode: the records of the steps in flight
-  bool idle = false;                      // stream mode: told the reducer it waits for records
+  std::unique_ptr<data_source> source;  // the training set's epochs or the stream, and the steps in flight
+  bool idle = false;                     // told the reducer it waits for records (a stream)
   std::chrono::steady_clock::time_point last_snapshot_mark{};
   std::int64_t last_snapshot_step = -1;  // the step of the last checkpoint asked for
-  std::vector<std::uint32_t> chunk_rows;  // stream mode: 0 .. rows - 1 of the step being issued
   double lr_override = 0.0;               // > 0: every step issued carries it (Engine::set_lr)
   bool checkpoint_requested = false;      // Engine::request_checkpoint: at the next step issued
   generation_plan plan;

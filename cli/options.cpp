@@ -43,7 +43,9 @@ std::optional<int> parse_options(int argc, char** argv, options& out) {
                  "of this run's checkpoint directory")
       ->type_name("DIR");
   app.add_option("--init-from", out.init_from, "Start from the weights in a model.safetensors file")->type_name("FILE");
-  app.add_option("--serve", serve, "Serve the run over HTTP at ADDR:PORT: /metrics, /status, /healthz, /readyz (service.listen)")
+  app.add_option("--serve", serve,
+                 "Serve the run over HTTP at ADDR:PORT (service.listen): the dashboard at /, /metrics, /status, "
+                 "/events, /healthz, /readyz, and the control endpoints with DPACTOR_SERVICE_TOKEN (docs/service.md)")
       ->type_name("ADDR:PORT");
   app.add_option("--metrics", out.metrics, "Write step, epoch, membership and summary records as JSON Lines")
       ->type_name("FILE");

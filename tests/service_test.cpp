@@ -264,20 +264,28 @@ TEST(Http, AnAddressItCannotTakeIsAnErrorNamingIt) {
   }
 }
 
+// The port a dpactor program says it serves HTTP on; 0 if it does not say
+// so within a minute.
+std::uint16_t served_port(testing::cli_process& run) {
+  static const std::regex serving(R"(serving HTTP on 127\.0\.0\.1:(\d+))");
+  std::smatch m;
+  std::string out;
+  if (!testing::eventually([&] {
+        out = run.output_so_far();
+        return std::regex_search(out, m, serving);
+      }, 60000ms))
+    return 0;
+  return static_cast<std::uint16_t>(std::stoi(m[1]));
+}
+
 TEST(Http, TheCliServesARunningJob) {
   testing::scratch_dir dir;
   testing::cli_process run({"--model", std::string(DPACTOR_SOURCE_DIR) + "/configs/mlp.cfg", "--cpus", "2", "--serve",
                             "127.0.0.1:0", "--epochs", "3", "--set", "train.log_every=20", "--set",
                             "train.checkpoint_dir=\"\""},
                            dir.path());
-  std::smatch m;
-  std::string out;
-  ASSERT_TRUE(testing::eventually([&] {
-    out = run.output_so_far();
-    static const std::regex serving(R"(serving HTTP on 127\.0\.0\.1:(\d+))");
-    return std::regex_search(out, m, serving);
-  }, 60000ms)) << out;
-  const auto port = static_cast<std::uint16_t>(std::stoi(m[1]));
+  const std::uint16_t port = served_port(run);
+  ASSERT_NE(port, 0) << run.output_so_far();
   double steps = 0;
   ASSERT_TRUE(testing::eventually([&] {
     const std::string r = get(port, "/metrics");
@@ -413,14 +421,8 @@ TEST(Control, TheCliIsSteeredWithTheToken) {
                             "127.0.0.1:0", "--epochs", "200", "--set", "train.log_every=5", "--set",
                             "optimizer.schedule=\"constant\"", "--set", "train.checkpoint_dir=\"ckpt\""},
                            dir.path(), {{"DPACTOR_SERVICE_TOKEN", "cli-t0ken"}});
-  std::smatch m;
-  std::string out;
-  ASSERT_TRUE(testing::eventually([&] {
-    out = run.output_so_far();
-    static const std::regex serving(R"(serving HTTP on 127\.0\.0\.1:(\d+))");
-    return std::regex_search(out, m, serving);
-  }, 60000ms)) << out;
-  const auto port = static_cast<std::uint16_t>(std::stoi(m[1]));
+  const std::uint16_t port = served_port(run);
+  ASSERT_NE(port, 0) << run.output_so_far();
   const auto status = [&] {
     const std::string r = get(port, "/status");
     return status_of(r) == 200 ? json::parse(r.substr(r.find("\r\n\r\n") + 4)) : json();

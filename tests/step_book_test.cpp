@@ -33,7 +33,7 @@ class harness {
 
   // The loader hands out step `step`: an even split over the members.
   void issue(std::int64_t step) {
-    const auto indices = issued_.issue(step, batch_);
+    const auto indices = issued_.issue(step, batch_).indices;
     const std::vector<double> even(members_, 1.0);
     const auto sizes = split_by_weight(indices.size(), even, 0);
     std::vector<std::vector<std::uint32_t>> shards;
@@ -181,6 +181,35 @@ TEST(StepBook, QuietStepsCommitInOrderAndTrainEverySampleOnce) {
   }
   h.expect_epoch_complete();
   EXPECT_EQ(h.book().summary().samples, 100);
+}
+
+// What the loader is told to do next over an epoch: its steps, then a wait
+// for the last ones to commit, then the epoch's end, with every index
+// trained once.
+TEST(IssuedSteps, AnEpochEndsOnceEveryStepIsCommitted) {
+  using next = data_source::next;
+  issued_steps steps(10, 3, true);
+  steps.start_epoch(0);
+  EXPECT_EQ(steps.what_next(4), next::step);
+  std::set<std::uint32_t> seen;
+  for (std::int64_t s = 0; s < 3; ++s) {
+    const auto samples = steps.issue(s, 4);
+    EXPECT_EQ(samples.rows, nullptr) << "a training set's steps index the training set";
+    seen.insert(samples.indices.begin(), samples.indices.end());
+  }
+  EXPECT_EQ(seen.size(), 10u);
+  EXPECT_EQ(steps.what_next(4), next::wait_commits);
+  steps.commit(1, {});
+  EXPECT_EQ(steps.what_next(4), next::wait_commits) << "step 2 is in flight";
+  steps.commit(2, {});
+  ASSERT_EQ(steps.what_next(4), next::epoch_end);
+  const auto totals = steps.end_epoch();
+  EXPECT_EQ(totals.epoch, 0);
+  EXPECT_EQ(totals.committed, 10);
+  steps.start_epoch(1);
+  EXPECT_EQ(steps.what_next(4), next::step);
+  EXPECT_EQ(steps.epoch(), 1);
+  EXPECT_THROW(steps.wake_when_ready(4, [] {}), std::logic_error);
 }
 
 TEST(StepBook, AStepWaitsForTheOneBeforeIt) {

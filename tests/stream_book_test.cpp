@@ -137,17 +137,17 @@ TEST(IssuedRecords, StepsTakeTheNextRecordsInOrderAndCommitAdvancesTheOffset) {
   issued_records book(q, {});
   const auto a = book.issue(0, 4);
   const auto b = book.issue(1, 4);
-  EXPECT_EQ(sequences_of(*a), (std::vector<std::int64_t>{100, 101, 102, 103}));
-  EXPECT_EQ(sequences_of(*b), (std::vector<std::int64_t>{104, 105, 106, 107}));
-  EXPECT_EQ(a->features[1 * features], 101.0f);
-  EXPECT_EQ(a->labels[1], 101 % classes);
+  EXPECT_EQ(sequences_of(*a.rows), (std::vector<std::int64_t>{100, 101, 102, 103}));
+  EXPECT_EQ(sequences_of(*b.rows), (std::vector<std::int64_t>{104, 105, 106, 107}));
+  EXPECT_EQ(a.rows->features[1 * features], 101.0f);
+  EXPECT_EQ(a.rows->labels[1], 101 % classes);
   // Nothing below 100 was fed: every record fed up to 99 is trained.
-  EXPECT_EQ(book.position_after(-1).committed, 99);
+  EXPECT_EQ(book.position_after(-1).stream.committed, 99);
   book.mark_snapshot(0);
   const auto snaps = book.commit(0, {});
   ASSERT_EQ(snaps.size(), 1u);
-  EXPECT_EQ(snaps[0].position.committed, 103);
-  EXPECT_TRUE(snaps[0].position.trained_above.empty());
+  EXPECT_EQ(snaps[0].position.stream.committed, 103);
+  EXPECT_TRUE(snaps[0].position.stream.trained_above.empty());
   book.commit(1, {});
   EXPECT_EQ(book.committed(), 107);
 }
@@ -163,18 +163,18 @@ TEST(IssuedRecords, ACutsRecordsGoOutFirstAndHoldTheOffsetBelowThem) {
   book.mark_snapshot(0);
   auto snaps = book.commit(0, cut);
   ASSERT_EQ(snaps.size(), 1u);
-  EXPECT_EQ(snaps[0].position.committed, 0);
-  EXPECT_EQ(snaps[0].position.trained_above, (std::vector<std::int64_t>{3}));
+  EXPECT_EQ(snaps[0].position.stream.committed, 0);
+  EXPECT_EQ(snaps[0].position.stream.trained_above, (std::vector<std::int64_t>{3}));
   EXPECT_EQ(book.sent_back(), 2u);
   const auto c = book.issue(2, 4);
-  EXPECT_EQ(sequences_of(*c), (std::vector<std::int64_t>{1, 2, 8, 9}));
+  EXPECT_EQ(sequences_of(*c.rows), (std::vector<std::int64_t>{1, 2, 8, 9}));
   book.mark_snapshot(1);
   snaps = book.commit(1, {});
-  EXPECT_EQ(snaps.at(0).position.committed, 0);
-  EXPECT_EQ(snaps.at(0).position.trained_above, (std::vector<std::int64_t>{3, 4, 5, 6, 7}));
+  EXPECT_EQ(snaps.at(0).position.stream.committed, 0);
+  EXPECT_EQ(snaps.at(0).position.stream.trained_above, (std::vector<std::int64_t>{3, 4, 5, 6, 7}));
   book.commit(2, {});
   EXPECT_EQ(book.committed(), 9);
-  EXPECT_TRUE(book.position_after(2).trained_above.empty());
+  EXPECT_TRUE(book.position_after(2).stream.trained_above.empty());
 }
 
 TEST(IssuedRecords, ARollbackSendsLaterStepsBackInOrderUnderTheSameSteps) {
@@ -186,9 +186,9 @@ TEST(IssuedRecords, ARollbackSendsLaterStepsBackInOrderUnderTheSameSteps) {
   book.issue(2, 4);
   book.commit(0, {});
   EXPECT_EQ(book.roll_back(0), 8u);
-  EXPECT_EQ(book.position_after(0).committed, 3);
-  EXPECT_EQ(sequences_of(*book.issue(1, 4)), (std::vector<std::int64_t>{4, 5, 6, 7}));
-  EXPECT_EQ(sequences_of(*book.issue(2, 4)), (std::vector<std::int64_t>{8, 9, 10, 11}));
+  EXPECT_EQ(book.position_after(0).stream.committed, 3);
+  EXPECT_EQ(sequences_of(*book.issue(1, 4).rows), (std::vector<std::int64_t>{4, 5, 6, 7}));
+  EXPECT_EQ(sequences_of(*book.issue(2, 4).rows), (std::vector<std::int64_t>{8, 9, 10, 11}));
 }
 
 TEST(IssuedRecords, CommittingARecordTwiceIsRefused) {
@@ -202,13 +202,43 @@ TEST(IssuedRecords, CommittingARecordTwiceIsRefused) {
   EXPECT_THROW(book.commit(0, {}), ledger_error);
 }
 
+// What the loader is told to do next, as records come and the stream ends.
+TEST(IssuedRecords, AStepWaitsForAWholeBatchUntilTheStreamEnds) {
+  using next = data_source::next;
+  record_queue q(100, features, classes);
+  issued_records book(q, {});
+  EXPECT_EQ(book.what_next(4), next::wait_records);
+  int woken = 0;
+  EXPECT_FALSE(book.wake_when_ready(4, [&] { ++woken; }));
+  q.push(records(0, 3), 0ms);
+  EXPECT_EQ(woken, 0) << "woken before a whole batch is queued";
+  EXPECT_EQ(book.what_next(4), next::wait_records);
+  q.push(records(3, 3), 0ms);
+  EXPECT_EQ(woken, 1);
+  EXPECT_EQ(book.what_next(4), next::step);
+  book.issue(0, 4);
+  book.commit(0, std::vector<step_returned>{{0, {3}}});  // sequence 3 was cut
+  EXPECT_EQ(book.requeued(), 1);
+  EXPECT_EQ(book.what_next(4), next::wait_records) << "2 queued and 1 sent back are not a batch";
+  EXPECT_FALSE(book.wake_when_ready(4, [&] { ++woken; }));
+  q.push(records(6, 1), 0ms);
+  EXPECT_EQ(woken, 2) << "the record sent back counts toward the batch";
+  EXPECT_EQ(book.what_next(4), next::step);
+  EXPECT_EQ(sequences_of(*book.issue(1, 4).rows), (std::vector<std::int64_t>{3, 4, 5, 6}));
+  q.close();
+  EXPECT_EQ(book.what_next(4), next::wait_commits) << "a rollback could still send step 1's records back";
+  book.commit(1, {});
+  EXPECT_EQ(book.what_next(4), next::end);
+  EXPECT_THROW(book.end_epoch(), std::logic_error);
+}
+
 TEST(IssuedRecords, TheEndOfTheStreamGivesAPartialLastStep) {
   record_queue q(100, features, classes);
   q.push(records(0, 6), 0ms);
   q.close();
   issued_records book(q, {});
-  EXPECT_EQ(book.issue(0, 4)->rows, 4u);
-  EXPECT_EQ(book.issue(1, 4)->rows, 2u);
+  EXPECT_EQ(book.issue(0, 4).rows->rows, 4u);
+  EXPECT_EQ(book.issue(1, 4).rows->rows, 2u);
   EXPECT_TRUE(book.drained());
 }
 
@@ -230,7 +260,7 @@ TEST(IssuedRecords, CrashAndReplayFromTheCommittedOffsetTrainsEveryRecordOnce) {
       std::map<std::int64_t, std::shared_ptr<const dataset>> chunks;
       std::int64_t step = 0;
       for (; step < crash_after; ++step) {
-        chunks[step] = book.issue(step, batch);
+        chunks[step] = book.issue(step, batch).rows;
         // Every third step has a cut: its first two rows go back.
         std::vector<step_returned> cut;
         if (step % 3 == 1) cut.push_back({step, {0, 1}});
@@ -239,7 +269,7 @@ TEST(IssuedRecords, CrashAndReplayFromTheCommittedOffsetTrainsEveryRecordOnce) {
           if (cut.empty() || row > 1) ++run1_since_checkpoint[chunk.sequences[row]];
         if (step % 2 == 0) book.mark_snapshot(step);
         for (auto& snap : book.commit(step, cut)) {
-          checkpoint = snap.position;
+          checkpoint = snap.position.stream;
           for (auto& [s, n] : run1_since_checkpoint) trained[s] += n;
           run1_since_checkpoint.clear();
         }
@@ -251,7 +281,7 @@ TEST(IssuedRecords, CrashAndReplayFromTheCommittedOffsetTrainsEveryRecordOnce) {
     q.close();
     issued_records book(q, checkpoint);
     for (std::int64_t step = 0; !book.drained(); ++step) {
-      const auto chunk = book.issue(step, batch);
+      const auto chunk = book.issue(step, batch).rows;
       for (const auto s : chunk->sequences) ++trained[s];
       book.commit(step, {});
     }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <numeric>
+#include <stdexcept>
 #include <string>
 
 #include "data/epoch_ledger.hpp"
@@ -25,7 +27,14 @@ issued_records::issued_records(record_queue& queue, const stream_position& resum
       max_taken_(resume.committed),
       trained_above_(resume.trained_above.begin(), resume.trained_above.end()) {}
 
-std::shared_ptr<const dataset> issued_records::issue(std::int64_t step, std::size_t want) {
+data_source::next issued_records::what_next(std::size_t batch) const {
+  const std::size_t ready = available();
+  if (ready >= batch || (ready > 0 && queue_.closed())) return next::step;
+  if (ready == 0 && queue_.closed()) return in_flight_.empty() ? next::end : next::wait_commits;
+  return next::wait_records;
+}
+
+data_source::step_samples issued_records::issue(std::int64_t step, std::size_t want) {
   scratch_.clear();
   while (scratch_.size() < want && !front_.empty()) {
     scratch_.push_back(std::move(front_.front()));
@@ -42,10 +51,12 @@ std::shared_ptr<const dataset> issued_records::issue(std::int64_t step, std::siz
     max_taken_ = std::max(max_taken_, r.sequence);
   }
   in_flight_[step].chunk = chunk;
-  return chunk;
+  rows_.resize(chunk->rows);
+  std::iota(rows_.begin(), rows_.end(), 0u);
+  return {rows_, chunk};
 }
 
-std::vector<issued_records::snapshot> issued_records::commit(std::int64_t through,
+std::vector<data_source::snapshot> issued_records::commit(std::int64_t through,
                                                              std::span<const step_returned> returned) {
   std::vector<snapshot> snapshots;
   std::size_t next_returned = 0;
@@ -62,6 +73,7 @@ std::vector<issued_records::snapshot> issued_records::commit(std::int64_t throug
                              " returned twice or out of range");
         back[row] = true;
         front_.push_back(row_record(chunk, row));
+        ++requeued_;
       }
     for (std::size_t row = 0; row < chunk.rows; ++row) {
       if (back[row]) continue;
@@ -107,14 +119,24 @@ void issued_records::advance_base(std::int64_t step) {
   trained_above_.erase(trained_above_.begin(), trained_above_.upper_bound(base_));
 }
 
-stream_position issued_records::position_after(std::int64_t step) const {
-  stream_position p;
+ledger_position issued_records::position_after(std::int64_t step) const {
+  ledger_position position;
+  stream_position& p = position.stream;
   p.active = true;
   const std::int64_t lowest = lowest_untrained(step);
   p.committed = std::max(base_, lowest == none ? max_taken_ : lowest - 1);
   for (const auto s : trained_above_)
     if (s > p.committed) p.trained_above.push_back(s);
-  return p;
+  return position;
+}
+
+data_source::epoch_totals issued_records::end_epoch() { throw std::logic_error("a stream has no epochs to end"); }
+
+void issued_records::start_epoch(std::int64_t) { throw std::logic_error("a stream has no epochs to start"); }
+
+bool issued_records::wake_when_ready(std::size_t batch, std::function<void()> wake) {
+  const std::size_t want = batch > front_.size() ? batch - front_.size() : 0;
+  return queue_.notify_when(want, std::move(wake));
 }
 
 }  // namespace dpactor

@@ -1,5 +1,6 @@
 #pragma once
-// The loader's book of the steps it has handed out, over the epoch ledger:
+// The data_source of a file-backed training set, in epochs: the loader's
+// book of the steps it has handed out, over the epoch ledger:
 // which indices each step in flight carries, what a commit does to them
 // (cut indices go back to the ledger, the rest is committed), and what a
 // rollback does (every index of a step after the state source's goes back to
@@ -13,41 +14,41 @@
 #include <vector>
 
 #include "data/epoch_ledger.hpp"
+#include "train/data_source.hpp"
 #include "train/step_record.hpp"
 
 namespace dpactor {
 
-class issued_steps {
+class issued_steps final : public data_source {
  public:
   issued_steps(std::size_t samples, std::uint64_t seed, bool shuffle) : ledger_(samples, seed, shuffle) {}
 
   epoch_ledger& ledger() noexcept { return ledger_; }
   const epoch_ledger& ledger() const noexcept { return ledger_; }
-  bool empty() const noexcept { return in_flight_.empty(); }
-  bool in_flight(std::int64_t step) const { return in_flight_.count(step) != 0; }
 
-  // Hands out up to `want` indices for `step` (re-queued ones first); the
-  // returned span stays valid until the step is committed or rolled back.
-  std::span<const std::uint32_t> issue(std::int64_t step, std::size_t want);
-  // A checkpoint is taken after `step`: commit() reports it.
-  void mark_snapshot(std::int64_t step) { in_flight_.at(step).snapshot = true; }
-  bool snapshot_marked(std::int64_t step) const { return in_flight_.at(step).snapshot; }
-  // A checkpoint's ledger: where the epoch stood once `step` was committed.
-  struct snapshot {
-    std::int64_t step = 0;
-    ledger_position position;
-  };
-  // Commits every step up to `through`, in order; each step's `returned`
-  // indices (cut, never trained) go back to the ledger. Returns the ledger
-  // positions of the committed steps marked for a snapshot, each taken right
-  // after its step (later steps still in flight).
-  std::vector<snapshot> commit(std::int64_t through, std::span<const step_returned> returned);
-  // Steps after `through` are not in the next generation's state: their
-  // indices go back to the front, in order. Returns how many.
-  std::size_t roll_back(std::int64_t through);
+  next what_next(std::size_t batch) const override;
+  // Up to `batch` indices for `step` (re-queued ones first), into the
+  // training set.
+  step_samples issue(std::int64_t step, std::size_t batch) override;
+  std::size_t steps_in_flight() const override { return in_flight_.size(); }
+  bool in_flight(std::int64_t step) const override { return in_flight_.count(step) != 0; }
+  void mark_snapshot(std::int64_t step) override { in_flight_.at(step).snapshot = true; }
+  bool snapshot_marked(std::int64_t step) const override { return in_flight_.at(step).snapshot; }
+  // Each step's `returned` indices go back to the ledger.
+  std::vector<snapshot> commit(std::int64_t through, std::span<const step_returned> returned) override;
+  // Every index of a later step goes back to the ledger's front, in order.
+  std::size_t roll_back(std::int64_t through) override;
   // The ledger as a checkpoint after `step` records it: the indices of later
   // steps in flight count as not handed out.
-  ledger_position position_after(std::int64_t step) const;
+  ledger_position position_after(std::int64_t step) const override;
+
+  std::int64_t epoch() const override { return ledger_.epoch(); }
+  double schedule_position(std::int64_t step, std::int64_t epoch_steps, std::int64_t batch) const override;
+  std::int64_t requeued() const override { return static_cast<std::int64_t>(ledger_.requeued_total()); }
+  epoch_totals end_epoch() override;
+  void start_epoch(std::int64_t epoch) override { ledger_.start_epoch(epoch); }
+  // Never waits for records: throws std::logic_error.
+  bool wake_when_ready(std::size_t batch, std::function<void()> wake) override;
 
  private:
   struct step_in_flight {

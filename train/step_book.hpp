@@ -8,7 +8,7 @@
 // Exactly-once: a step is committed once, in order, and only after the
 // untouched indices of every member that was cut are in (they go back to
 // the ledger with the commit: See Note [Cutting a step short]). Commits are
-// what the loader applies to its issued_steps; tests/step_book_test.cpp
+// what the loader applies to its data_source; tests/step_book_test.cpp
 // drives both through sequences of reports, cuts and failures and checks the
 // epoch ledger after each.
 

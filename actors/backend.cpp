@@ -13,7 +13,25 @@
 
 namespace dpactor {
 
-std::unique_ptr<replica> make_replica(const job_config& config, std::size_t micro_batch, int id) {
+torch_model_options torch_options(const job_config& config, const replica_shape& shape) {
+  torch_model_options o;
+  o.path = config.module.path;
+  o.input_shape = config.module.input_shape;
+  o.features = shape.features;
+  o.loss = config.model.loss;
+  o.max_batch = shape.micro_batch;
+  o.threads = shape.threads;
+  return o;
+}
+
+std::unique_ptr<replica> make_replica(const job_config& config, const replica_shape& shape, int id) {
+  const std::size_t micro_batch = shape.micro_batch;
+  if (config.module.kind == model_kind::torchscript) {
+    if (!config.cluster.gpus.empty())
+      throw config_error("model.kind = \"torchscript\" runs on CPU replicas only in this version (Debian's libtorch "
+                         "is CPU-only): use --cpus");
+    return std::make_unique<cpu_replica>(open_torch_model(torch_options(config, shape)), config.optimizer);
+  }
   if (config.cluster.gpus.empty()) return std::make_unique<cpu_replica>(config.model, config.optimizer, micro_batch);
 #if DPACTOR_HAS_CUDA
   cuda_replica_options options;

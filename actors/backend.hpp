@@ -11,12 +11,26 @@
 #include "comms/collective.hpp"
 #include "config/job_config.hpp"
 #include "tensors/replica.hpp"
+#include "tensors/torch_model.hpp"
 
 namespace dpactor {
 
-// The replica of device `id`: on GPU config.cluster.gpus[id], or a CPU one.
-// Throws config_error for GPUs in a build without CUDA.
-std::unique_ptr<replica> make_replica(const job_config& config, std::size_t micro_batch, int id);
+// How a replica runs: rows per call, the data's features per sample, and
+// threads per replica (a torch model's intra-op threads).
+struct replica_shape {
+  std::size_t micro_batch = 1;
+  std::size_t features = 0;
+  int threads = 1;
+};
+
+// The replica of device `id`: on GPU config.cluster.gpus[id], or a CPU one
+// with the native MLP or, with model.kind = "torchscript", the module
+// (loaded for this replica alone). Throws config_error for GPUs in a build
+// without CUDA, and for a module that cannot be loaded.
+std::unique_ptr<replica> make_replica(const job_config& config, const replica_shape& shape, int id);
+
+// The options a torch model of this config is opened with.
+torch_model_options torch_options(const job_config& config, const replica_shape& shape);
 
 // A generation's collective group for the members with these device ids:
 // NCCL on GPUs, the in-process `local` backend on CPU replicas.

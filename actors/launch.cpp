@@ -56,6 +56,8 @@ void load_initial_state(const job_config& config, const run_options& options, la
   if (!options.init_from.empty()) {
     const std::vector<float> params = read_model_weights(options.init_from, plan.layout);
     std::copy(params.begin(), params.end(), state.begin());
+  } else if (plan.module) {
+    plan.module->initial_parameters(std::span<float>(state).first(plan.layout.parameter_size));
   } else {
     init_mlp_parameters(config.model, std::span<float>(state).first(plan.layout.parameter_size),
                         static_cast<std::uint64_t>(config.train.seed));
@@ -96,21 +98,40 @@ launch_plan prepare_launch(const job_config& config, const run_options& options,
                        (options.coordinator ? " (its own and --wait-devices)" : " (--cpus, --gpus, cluster.cpus)") +
                        ": it could never train");
   const bool stream = config.train.mode == train_mode::stream;
+  // The model's widths: model.layers', or a TorchScript module's, which is
+  // opened once here to check it against the data and lay out its state.
+  int inputs = config.model.inputs(), classes = config.model.outputs();
+  if (config.module.kind == model_kind::torchscript) {
+    plan.module = open_torch_model(torch_options(config, replica_shape{}));
+    inputs = static_cast<int>(plan.module->inputs());
+    classes = static_cast<int>(plan.module->outputs());
+  }
   if (stream) {
     // See Note [Exactly-once offsets]: the records come from the feed, each
     // step's in a chunk of its own; there is no test set.
-    const auto inputs = static_cast<std::size_t>(config.model.inputs());
-    plan.data.train = std::make_shared<const dataset>("stream", 0, inputs, config.model.outputs());
-    plan.data.test = std::make_shared<const dataset>("stream (no test set)", 0, inputs, config.model.outputs());
+    const auto features = static_cast<std::size_t>(inputs);
+    plan.data.train = std::make_shared<const dataset>("stream", 0, features, classes);
+    plan.data.test = std::make_shared<const dataset>("stream (no test set)", 0, features, classes);
+  } else if (plan.module) {
+    std::string shape;
+    for (const auto d : config.module.input_shape) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+    const std::string key = "model.input_shape = [" + shape + "] of " + config.module.path;
+    try {
+      plan.data = load_data(config.data, inputs, classes, key);
+    } catch (const data_error& e) {
+      throw data_error(std::string(e.what()) + " (" + config.module.path + " outputs " + std::to_string(classes) +
+                       " class scores per sample)");
+    }
   } else {
-    plan.data = load_data(config.data, config.model.inputs(), config.model.outputs());
+    plan.data = load_data(config.data, inputs, classes);
   }
   plan.replicas = replicas;
   // A reproducible run pins one thread per replica (See Note [Summation tree]).
   plan.blas_threads = config.cluster.blas_threads > 0 ? static_cast<int>(config.cluster.blas_threads)
                       : config.train.reproducible     ? 1
                                                       : std::max(1, hardware_cores() / replicas);
-  plan.layout = make_state_layout(config.model, config.optimizer);
+  plan.layout = plan.module ? make_state_layout(plan.module->layout(), config.optimizer)
+                            : make_state_layout(config.model, config.optimizer);
   load_initial_state(config, options, plan);
   const auto rows = static_cast<std::int64_t>(plan.data.train->rows);
   plan.epoch_steps = std::max<std::int64_t>(1, (rows + config.train.batch_size - 1) / config.train.batch_size);
@@ -119,8 +140,8 @@ launch_plan prepare_launch(const job_config& config, const run_options& options,
   else if (config.train.max_steps > 0) plan.run_steps = std::min(plan.run_steps, config.train.max_steps);
   if (stream)
     plan.stream = std::make_shared<record_queue>(
-        static_cast<std::size_t>(config.train.stream_queue), static_cast<std::size_t>(config.model.inputs()),
-        config.model.outputs(), plan.resume_position ? plan.resume_position->stream : stream_position{});
+        static_cast<std::size_t>(config.train.stream_queue), static_cast<std::size_t>(inputs), classes,
+        plan.resume_position ? plan.resume_position->stream : stream_position{});
   plan.schedule = make_lr_schedule(config, plan.run_steps);
   if (config.train.reproducible) {
     const std::int64_t slices = (config.train.batch_size + config.train.micro_batch - 1) / config.train.micro_batch;
@@ -147,7 +168,9 @@ std::shared_ptr<device_setup> make_device_setup(const job_config& config, const 
   auto setup = std::make_shared<device_setup>();
   setup->id = id;
   setup->name = device_name(config, id);
-  setup->model = make_replica(config, static_cast<std::size_t>(config.train.micro_batch), id);
+  setup->model = make_replica(
+      config, replica_shape{static_cast<std::size_t>(config.train.micro_batch), plan.data.train->feature_count, plan.blas_threads},
+      id);
   setup->model->import_state(*plan.initial_state);  // a newcomer is overwritten by the generation's broadcast
   setup->train = plan.data.train;
   setup->test = plan.data.test;

@@ -16,6 +16,7 @@
 #include "actors/engine.hpp"
 #include "actors/loader.hpp"
 #include "data/loading.hpp"
+#include "tensors/torch_model.hpp"
 #include "train/fault_plan.hpp"
 
 namespace dpactor {
@@ -33,6 +34,7 @@ struct launch_plan {
   int replicas = 1;
   int blas_threads = 1;                         // per replica
   std::shared_ptr<record_queue> stream;         // train.mode = "stream": the records to train
+  std::shared_ptr<const torch_model> module;    // model.kind = "torchscript": the module as saved
 };
 
 // Loads the data and the initial state and plans the run. Throws data_error,

@@ -25,6 +25,15 @@ GFLOP/s count the exact arithmetic of one training sample of this MLP:
                       + 2 in_l out_l           (input gradient; not for l = 0)
   = 1,007,892 FLOP per sample.
 
+With --model cnn: the CNN of configs/cnn.cfg (conv 5x5 16, pool, conv 5x5 32,
+pool, linear; 28,938 parameters) on dpactor's libtorch replica, against the
+same module in PyTorch eager, at global batch 128 by default:
+  dpactor, 1 CPU replica      (2 intra-op threads; 1 with train.reproducible)
+  dpactor, 2 CPU replicas     (1 intra-op thread each)
+  PyTorch 1 thread, PyTorch 2 threads (intra-op), PyTorch DDP, Gloo (2 x 1)
+dpactor's slices (train.micro_batch) are 32 with train.reproducible and 64
+without. GFLOP/s and the sgemm column are left out for the CNN.
+
 Writes compare.csv and compare.png (samples/s against batch size) to --out.
 """
 import argparse
@@ -42,12 +51,16 @@ FLOP_PER_SAMPLE = 1_007_892
 PY = "/usr/bin/python3"
 
 
-def dpactor_run(dpactor, replicas, batch, reproducible, windows=7):
-    est = max(60e-6, batch * (7e-6 if replicas == 1 else 5e-6))
+def dpactor_run(dpactor, replicas, batch, reproducible, windows=7, model="mlp"):
+    per_sample = (300e-6 if replicas == 1 else 160e-6) if model == "cnn" else (7e-6 if replicas == 1 else 5e-6)
+    est = max(60e-6, batch * per_sample)
     per = max(3, int(0.25 / est))
+    extra = []
+    if model == "cnn":
+        extra = ["--set", f"train.micro_batch={32 if reproducible else 64}"]
     with tempfile.TemporaryDirectory() as tmp:
         metrics = os.path.join(tmp, "m.jsonl")
-        cmd = [dpactor, "--model", os.path.join(ROOT, "configs/mlp.cfg"), "--quiet", "--cpus", str(replicas),
+        cmd = [dpactor, "--model", os.path.join(ROOT, f"configs/{model}.cfg"), "--quiet", "--cpus", str(replicas), *extra,
                "--batch-size", str(batch), "--metrics", metrics, "--epochs", "100000",
                "--set", f"train.max_steps={per * windows}", "--set", f"train.log_every={per}",
                "--set", "train.eval_every=0", "--set", 'train.checkpoint_dir=""',
@@ -76,9 +89,10 @@ def same_blas_kernels(dpactor):
     return os.environ.get("OPENBLAS_CORETYPE", "OpenBLAS's own choice")
 
 
-def pytorch_run(mode, blas_threads, batches):
-    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(blas_threads), OMP_NUM_THREADS="1")
-    out = subprocess.run([PY, os.path.join(ROOT, "bench/pytorch_mlp.py"), mode, "--batches", ",".join(map(str, batches))],
+def pytorch_run(mode, blas_threads, batches, model="mlp", threads=1):
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(blas_threads), OMP_NUM_THREADS=str(threads))
+    out = subprocess.run([PY, os.path.join(ROOT, "bench/pytorch_mlp.py"), mode, "--batches", ",".join(map(str, batches)),
+                          "--model", model, "--threads", str(threads)],
                          check=True, capture_output=True, text=True, env=env).stdout
     return {r["batch"]: r for r in map(json.loads, out.splitlines()) if "batch" in r}
 
@@ -86,13 +100,16 @@ def pytorch_run(mode, blas_threads, batches):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dpactor", default=os.path.join(ROOT, "build/bin/dpactor"))
-    p.add_argument("--batches", default="1,16,64,128,256,512,1024")
+    p.add_argument("--model", choices=("mlp", "cnn"), default="mlp")
+    p.add_argument("--batches", help="global batch sizes (default: 1,16,64,128,256,512,1024; cnn: 128)")
     p.add_argument("--out", default=os.path.join(ROOT, "build/bench"))
     p.add_argument("--mode", choices=("both", "reproducible", "fast"), default="both",
                    help="dpactor with train.reproducible on, off, or both side by side")
     a = p.parse_args()
-    batches = [int(b) for b in a.batches.split(",")]
+    batches = [int(b) for b in (a.batches or ("128" if a.model == "cnn" else "1,16,64,128,256,512,1024")).split(",")]
     os.makedirs(a.out, exist_ok=True)
+    if a.model == "cnn":
+        return compare_cnn(a, batches)
 
     kernels = same_blas_kernels(a.dpactor)
     sgemm = json.loads(subprocess.run([PY, os.path.join(ROOT, "bench/pytorch_mlp.py"), "sgemm"], check=True,
@@ -164,6 +181,46 @@ def main():
         print("matplotlib is not installed (scripts/setup --bench): no plot", file=sys.stderr)
         plotted = ""
     print(f"\nwrote {os.path.join(a.out, 'compare.csv')}{plotted}")
+
+
+def compare_cnn(a, batches):
+    """The CNN side by side: dpactor's libtorch replica against PyTorch eager."""
+    kernels = same_blas_kernels(a.dpactor)
+    results = {}
+    torch_configs = [("PyTorch 1 thread", "single", 1), ("PyTorch 2 threads", "single", 2),
+                     ("PyTorch DDP Gloo 2x1", "ddp", 1)]
+    for name, mode, threads in torch_configs:
+        print(f"running {name} ...", file=sys.stderr)
+        for b, r in pytorch_run(mode, 1, batches, model="cnn", threads=threads).items():
+            results[(name, b)] = r["step_us"]
+    modes = {"both": (True, False), "reproducible": (True,), "fast": (False,)}[a.mode]
+    dpactor_configs = []
+    for reproducible in modes:
+        for replicas in (1, 2):
+            name = f"dpactor {replicas} replica{'s' if replicas > 1 else ''}" + \
+                   ("" if len(modes) == 1 else (" reproducible" if reproducible else " fast"))
+            dpactor_configs.append(name)
+            for b in batches:
+                print(f"running {name}, batch {b} ...", file=sys.stderr)
+                results[(name, b)] = dpactor_run(a.dpactor, replicas, b, reproducible, model="cnn")[0]
+    names = dpactor_configs + [n for n, _, _ in torch_configs]
+    print(f"\nCNN of configs/cnn.cfg; OpenBLAS kernels, both sides: {kernels}\n")
+    print("| batch | configuration | step us | samples/s | vs best PyTorch | vs PyTorch DDP |")
+    print("| ---: | --- | ---: | ---: | ---: | ---: |")
+    rows = []
+    for b in batches:
+        best = min(results[(n, b)] for n, _, _ in torch_configs[:2])
+        ddp = results[("PyTorch DDP Gloo 2x1", b)]
+        for n in names:
+            us = results[(n, b)]
+            rows.append({"batch": b, "config": n, "step_us": us, "samples_per_s": b / us * 1e6,
+                         "speedup_vs_best_pytorch": best / us, "speedup_vs_ddp": ddp / us})
+            print(f"| {b} | {n} | {us:,.0f} | {b / us * 1e6:,.0f} | {best / us:.2f}x | {ddp / us:.2f}x |")
+    with open(os.path.join(a.out, "compare_cnn.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        w.writeheader()
+        w.writerows(rows)
+    print(f"\nwrote {os.path.join(a.out, 'compare_cnn.csv')}")
 
 
 if __name__ == "__main__":

@@ -33,7 +33,17 @@ void validate_job_config(const job_config& c) {
                          "optimizer.schedule = \"constant\" (or \"step\"), or optimizer.total_steps, or "
                          "train.max_steps");
   }
-  if (c.model.outputs() < 2 && c.model.loss == loss_kind::cross_entropy)
+  if (c.module.kind == model_kind::torchscript) {
+    if (c.module.path.empty())
+      throw config_error(where + "model.kind = \"torchscript\" needs model.path, the module's file (saved by "
+                         "torch.jit.script(model).save(path))");
+    if (c.module.input_shape.empty())
+      throw config_error(where + "model.kind = \"torchscript\" needs model.input_shape, one sample's shape as the "
+                         "module's forward takes it: e.g. [784] for a flat input, [1, 28, 28] for an image");
+    if (!c.cluster.gpus.empty())
+      throw config_error(where + "model.kind = \"torchscript\" runs on CPU replicas only in this version (Debian's "
+                         "libtorch is CPU-only): use --cpus instead of --gpus");
+  } else if (c.model.outputs() < 2 && c.model.loss == loss_kind::cross_entropy)
     throw config_error(where + "model.layers: cross_entropy needs at least 2 classes in the last layer");
 }
 

@@ -116,9 +116,22 @@ struct service_config {
   std::int64_t thread_nice = 10;  // the HTTP server's threads (20: SCHED_IDLE)
 };
 
+// Which model the replicas train (model.kind).
+enum class model_kind { mlp, torchscript };
+
+// model.kind = "torchscript": a TorchScript module, trained by the libtorch
+// replica (tensors/torch_model.hpp); model.layers is then not read, the
+// module's input and output widths take its place.
+struct module_config {
+  model_kind kind = model_kind::mlp;
+  std::string path;                       // resolved against the config file's directory
+  std::vector<std::int64_t> input_shape;  // one sample's; empty: [features]
+};
+
 struct job_config {
   std::string source = "<defaults>";  // the file it came from, for messages
   mlp_spec model{{784, 256, 128, 10}, activation::relu, loss_kind::cross_entropy};
+  module_config module;
   data_config data;
   optimizer_config optimizer;
   schedule_config schedule;

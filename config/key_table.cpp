@@ -177,6 +177,41 @@ const std::vector<key_spec>& keys() {
     b.choice<loss_kind>("loss", [](job_config& c) -> loss_kind& { return c.model.loss; },
                         {{"cross_entropy", loss_kind::cross_entropy}, {"mse", loss_kind::mse}},
                         "Loss: softmax cross-entropy, or mean squared error against one-hot labels.");
+    b.choice<model_kind>("kind", [](job_config& c) -> model_kind& { return c.module.kind; },
+                         {{"mlp", model_kind::mlp}, {"torchscript", model_kind::torchscript}},
+                         "The model: dpactor's native MLP (model.layers), or a TorchScript module (model.path) "
+                         "trained by the libtorch replica, a plugin loaded on demand (docs/torch.md).");
+    b.keys.push_back({"model", "path", "string",
+                      "torchscript: the module's file, saved by torch.jit.script(model).save(path); a relative path "
+                      "is relative to the config file.",
+                      [](job_config& c, const toml::node& n, const std::string& key) {
+                        std::string path = read_string(n, key);
+                        const auto& src = n.source();
+                        if (!path.empty() && path.front() != '/' && src.path && src.path->rfind("--set ", 0) != 0) {
+                          const std::string& file = *src.path;
+                          const auto slash = file.rfind('/');
+                          if (slash != std::string::npos) path = file.substr(0, slash + 1) + path;
+                        }
+                        c.module.path = std::move(path);
+                      },
+                      [](const job_config& c) { return quote(c.module.path); }});
+    b.keys.push_back({"model", "input_shape", "array of integers",
+                      "torchscript: one sample's shape as the module's forward takes it, e.g. [1, 28, 28]; the "
+                      "data's features per sample are reshaped to it. Empty: [features].",
+                      [](job_config& c, const toml::node& n, const std::string& key) {
+                        const toml::array* a = n.as_array();
+                        if (a == nullptr) fail_at(n, key, "expected an array of integers, found " + type_name(n));
+                        std::vector<std::int64_t> shape;
+                        for (const auto& e : *a)
+                          shape.push_back(read_int(e, key + "[" + std::to_string(shape.size()) + "]", 1, 1 << 24));
+                        c.module.input_shape = std::move(shape);
+                      },
+                      [](const job_config& c) {
+                        std::string s = "[";
+                        for (std::size_t i = 0; i < c.module.input_shape.size(); ++i)
+                          s += (i ? ", " : "") + std::to_string(c.module.input_shape[i]);
+                        return s + "]";
+                      }});
 
     b.section = "data";
     b.choice<data_format>("format", [](job_config& c) -> data_format& { return c.data.format; },

@@ -36,7 +36,7 @@ class cuda_replica final : public replica {
   cuda_replica(mlp_spec spec, optimizer_config opt, std::size_t micro_batch, cuda_replica_options options);
   ~cuda_replica() override;
 
-  const mlp_spec& spec() const noexcept override { return spec_; }
+  const mlp_spec& spec() const noexcept { return spec_; }
   const state_layout& layout() const noexcept override { return layout_; }
   std::size_t max_rows() const noexcept override { return micro_batch_; }
 

@@ -43,11 +43,11 @@ dataset load_idx_pair(const std::string& images_path, const std::string& labels_
   return out;
 }
 
-void check_against_model(const dataset& d, int model_inputs) {
+void check_against_model(const dataset& d, int model_inputs, const std::string& inputs_key) {
   if (d.rows == 0) throw data_error(d.name + ": contains no samples");
   if (d.feature_count != static_cast<std::size_t>(model_inputs))
-    throw data_error(d.name + ": samples have " + std::to_string(d.feature_count) +
-                     " features but the model's input layer (model.layers[0]) has " + std::to_string(model_inputs));
+    throw data_error(d.name + ": samples have " + std::to_string(d.feature_count) + " features but " + inputs_key +
+                     " has " + std::to_string(model_inputs));
   // See Note [Non-finite steps]: NaN in an input poisons every replica at once.
   const std::span<const float> values(d.features.data(), d.rows * d.feature_count);
   if (const auto at = first_nonfinite(values))
@@ -88,7 +88,7 @@ void scale_features(feature_scaling scaling, dataset& train, dataset& test) {
   }
 }
 
-train_test_data load_data(const data_config& config, int model_inputs, int model_classes) {
+train_test_data load_data(const data_config& config, int model_inputs, int model_classes, const std::string& inputs_key) {
   dataset train, test;
   switch (config.format) {
     case data_format::idx:
@@ -118,8 +118,8 @@ train_test_data load_data(const data_config& config, int model_inputs, int model
       break;
     }
   }
-  check_against_model(train, model_inputs);
-  check_against_model(test, model_inputs);
+  check_against_model(train, model_inputs, inputs_key);
+  check_against_model(test, model_inputs, inputs_key);
   scale_features(config.scale, train, test);
   return {std::make_shared<const dataset>(std::move(train)), std::make_shared<const dataset>(std::move(test))};
 }

@@ -3,6 +3,7 @@
 // checks them against the model: feature count, label range, sizes.
 
 #include <memory>
+#include <string>
 
 #include "data/data_config.hpp"
 #include "data/dataset.hpp"
@@ -15,7 +16,9 @@ struct train_test_data {
 };
 
 // Throws data_error naming the file and the problem.
-train_test_data load_data(const data_config& config, int model_inputs, int model_classes);
+// `inputs_key`: what sets the model's input width, for messages.
+train_test_data load_data(const data_config& config, int model_inputs, int model_classes,
+                          const std::string& inputs_key = "the model's input layer (model.layers[0])");
 
 // Scales both sets with statistics of the training set:
 //   max:         x / max|x|            (255 for 8-bit images)

@@ -9,13 +9,16 @@
 namespace dpactor {
 
 cpu_replica::cpu_replica(mlp_spec spec, optimizer_config opt, std::size_t micro_batch)
+    : cpu_replica(std::make_unique<mlp>(std::move(spec), micro_batch), opt) {}
+
+cpu_replica::cpu_replica(std::unique_ptr<compute_model> model, optimizer_config opt)
     : opt_(opt),
-      layout_(make_state_layout(spec, opt)),
-      model_(std::move(spec), micro_batch),
+      layout_(make_state_layout(model->layout(), opt)),
+      model_(std::move(model)),
       states_{aligned_buffer<float>(layout_.total_size()), aligned_buffer<float>(layout_.total_size())},
       grads_(layout_.parameter_size),
-      x_(micro_batch * static_cast<std::size_t>(model_.spec().inputs())),
-      y_(micro_batch) {
+      x_(model_->max_batch() * model_->inputs()),
+      y_(model_->max_batch()) {
   for (int b = 0; b < 2; ++b)
     for (std::size_t s = 0; s <= layout_.slots.size(); ++s)
       sections_[b].emplace_back(states_[b].data() + s * layout_.parameter_size, layout_.parameter_size);
@@ -39,7 +42,7 @@ std::span<float> cpu_replica::gradients() {
 std::size_t cpu_replica::gather(const batch_ref& rows) {
   const std::size_t n = rows.indices.size();
   assert(n <= max_rows());
-  assert(rows.feature_count == static_cast<std::size_t>(model_.spec().inputs()));
+  assert(rows.feature_count == model_->inputs());
   const std::size_t f = rows.feature_count;
   for (std::size_t i = 0; i < n; ++i) {
     const std::size_t row = rows.indices[i];
@@ -63,7 +66,7 @@ batch_stats cpu_replica::accumulate(const batch_ref& rows, gradient_listener* li
   layer_done_callback on_layer_done;
   if (listener != nullptr) on_layer_done = {&listening::call, &context};
   const batch_stats stats =
-      model_.forward_backward(state().data(), grads_.data(), x_.data(), y_.data(), n, !grads_written_, on_layer_done);
+      model_->forward_backward(state().data(), grads_.data(), x_.data(), y_.data(), n, !grads_written_, on_layer_done);
   grads_written_ = true;
   samples_ += static_cast<double>(n);
   return stats;
@@ -77,7 +80,7 @@ batch_stats cpu_replica::accumulate_slice(const batch_ref& rows, std::span<float
     return {};
   }
   if (grads.data() == grads_.data()) grads_written_ = true;
-  return model_.forward_backward(state().data(), grads.data(), x_.data(), y_.data(), n, /*overwrite=*/true);
+  return model_->forward_backward(state().data(), grads.data(), x_.data(), y_.data(), n, /*overwrite=*/true);
 }
 
 std::span<float> cpu_replica::scratch_gradients(std::size_t i) {
@@ -87,7 +90,7 @@ std::span<float> cpu_replica::scratch_gradients(std::size_t i) {
 
 batch_stats cpu_replica::evaluate(const batch_ref& rows) {
   const std::size_t n = gather(rows);
-  return model_.evaluate(state().data(), x_.data(), y_.data(), n);
+  return model_->evaluate(state().data(), x_.data(), y_.data(), n);
 }
 
 void cpu_replica::apply_update(double lr, double total_samples, std::size_t begin, std::size_t end) {

@@ -1,7 +1,8 @@
 #pragma once
-// The CPU replica: the native MLP over host flat buffers, GEMMs through
-// OpenBLAS on the calling thread.
+// The CPU replica: a compute_model (the native MLP, GEMMs through OpenBLAS
+// on the calling thread, or a libtorch module) over host flat buffers.
 
+#include <memory>
 #include <vector>
 
 #include "tensors/aligned_buffer.hpp"
@@ -13,10 +14,12 @@ class cpu_replica final : public replica {
  public:
   // `micro_batch`: rows per forward/backward call (the workspace size).
   cpu_replica(mlp_spec spec, optimizer_config opt, std::size_t micro_batch);
+  // Any model; its max_batch() is the micro-batch.
+  cpu_replica(std::unique_ptr<compute_model> model, optimizer_config opt);
 
-  const mlp_spec& spec() const noexcept override { return model_.spec(); }
+  const compute_model& model() const noexcept { return *model_; }
   const state_layout& layout() const noexcept override { return layout_; }
-  std::size_t max_rows() const noexcept override { return model_.max_batch(); }
+  std::size_t max_rows() const noexcept override { return model_->max_batch(); }
 
   void zero_grad() override;
   using replica::accumulate;
@@ -52,7 +55,7 @@ class cpu_replica final : public replica {
 
   optimizer_config opt_;
   state_layout layout_;
-  mlp model_;
+  std::unique_ptr<compute_model> model_;
   aligned_buffer<float> states_[2];  // current and pending; See Note [Pending state]
   int current_ = 0;
   aligned_buffer<float> grads_;  // gradient sums (parameter layout)

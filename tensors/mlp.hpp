@@ -11,6 +11,7 @@
 
 #include "tensors/activation.hpp"
 #include "tensors/aligned_buffer.hpp"
+#include "tensors/compute_model.hpp"
 #include "tensors/flat_layout.hpp"
 #include "tensors/loss.hpp"
 
@@ -38,36 +39,18 @@ flat_layout mlp_layout(const mlp_spec& spec);
 // `params` is laid out by mlp_layout(spec).
 void init_mlp_parameters(const mlp_spec& spec, std::span<float> params, std::uint64_t seed);
 
-struct batch_stats {
-  double loss_sum = 0.0;
-  std::int64_t correct = 0;
-  std::int64_t samples = 0;
-
-  batch_stats& operator+=(const batch_stats& o) noexcept {
-    loss_sum += o.loss_sum;
-    correct += o.correct;
-    samples += o.samples;
-    return *this;
-  }
-};
-
-// Called during backward with a layer's index once its gradients are written.
-struct layer_done_callback {
-  void (*call)(void* context, std::size_t layer) = nullptr;
-  void* context = nullptr;
-};
-
 // Forward and backward passes over micro-batches of at most max_batch rows.
 // Holds only workspaces; parameters and gradients are passed in, laid out by
 // mlp_layout().
-class mlp {
+class mlp final : public compute_model {
  public:
   mlp(mlp_spec spec, std::size_t max_batch);
 
   const mlp_spec& spec() const noexcept { return spec_; }
-  std::size_t max_batch() const noexcept { return max_batch_; }
-
-  const flat_layout& layout() const noexcept { return layout_; }
+  std::size_t inputs() const noexcept override { return static_cast<std::size_t>(spec_.inputs()); }
+  std::size_t outputs() const noexcept override { return static_cast<std::size_t>(spec_.outputs()); }
+  std::size_t max_batch() const noexcept override { return max_batch_; }
+  const flat_layout& layout() const noexcept override { return layout_; }
 
   // `params` and `grads` point at buffers laid out by layout().
   // x(n, in), labels(n). Adds the gradient *sums* over the n samples to grads,
@@ -76,9 +59,9 @@ class mlp {
   // `on_layer_done`, if set, hears each layer's index as soon as backward has
   // written that layer's gradients (last layer first).
   batch_stats forward_backward(const float* params, float* grads, const float* x, const std::int32_t* labels,
-                               std::size_t n, bool overwrite = false, layer_done_callback on_layer_done = {});
+                               std::size_t n, bool overwrite = false, layer_done_callback on_layer_done = {}) override;
   // Loss sum and correct count, no gradients.
-  batch_stats evaluate(const float* params, const float* x, const std::int32_t* labels, std::size_t n);
+  batch_stats evaluate(const float* params, const float* x, const std::int32_t* labels, std::size_t n) override;
   // Writes the outputs (n, out) of the last layer (logits) to `out`.
   void predict(const float* params, const float* x, std::size_t n, float* out);
 

@@ -6,8 +6,11 @@
 namespace dpactor {
 
 state_layout make_state_layout(const mlp_spec& spec, const optimizer_config& opt) {
+  return make_state_layout(mlp_layout(spec), opt);
+}
+
+state_layout make_state_layout(const flat_layout& params, const optimizer_config& opt) {
   state_layout s;
-  const flat_layout params = mlp_layout(spec);
   for (const auto& t : params.tensors()) s.layout.add(t.name, t.shape);
   s.parameter_tensors = params.tensors().size();
   s.parameter_size = s.layout.size();

@@ -1,7 +1,8 @@
 #pragma once
 // A model replica: parameters, gradients and optimizer state of one device.
-// The CPU replica implements it here; the CUDA replica (cuda/) implements the
-// same interface with device memory, so the device actor drives either.
+// The CPU replica implements it here, around a compute_model (the native MLP
+// or a libtorch module); the CUDA replica (cuda/) implements the same
+// interface with device memory, so the device actor drives either.
 //
 // Note [Replica state buffer]
 // A replica's whole training state is one flat buffer: the parameters, then
@@ -65,6 +66,7 @@ struct state_layout {
   std::size_t total_size() const noexcept { return layout.size() + tail_floats; }
 };
 
+state_layout make_state_layout(const flat_layout& parameters, const optimizer_config& opt);
 state_layout make_state_layout(const mlp_spec& spec, const optimizer_config& opt);
 
 // Reads and writes the step counter kept in the tail of a state buffer.
@@ -87,7 +89,6 @@ class replica {
  public:
   virtual ~replica() = default;
 
-  virtual const mlp_spec& spec() const noexcept = 0;
   virtual const state_layout& layout() const noexcept = 0;
   // Largest number of rows accumulate() and evaluate() take in one call.
   virtual std::size_t max_rows() const noexcept = 0;

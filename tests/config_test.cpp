@@ -93,6 +93,27 @@ TEST(Config, LayerEntriesAreChecked) {
   EXPECT_NE(error_of("[model]\nlayers = [10, 0, 2]\n").find("model.layers[1]: value 0 is out of range"), std::string::npos);
 }
 
+TEST(Config, ATorchscriptModelNeedsItsFileAndInputShape) {
+  EXPECT_NE(error_of("[model]\nkind = \"torchscript\"\ninput_shape = [16]\n").find("model.kind = \"torchscript\" needs model.path"),
+            std::string::npos);
+  EXPECT_NE(error_of("[model]\nkind = \"torchscript\"\npath = \"m.pt\"\n").find("needs model.input_shape"),
+            std::string::npos);
+  EXPECT_NE(error_of("[model]\nkind = \"torch\"\n").find("expected one of \"mlp\", \"torchscript\""), std::string::npos);
+  EXPECT_NE(error_of("[model]\ninput_shape = [1, 0]\n").find("model.input_shape[1]: value 0 is out of range"),
+            std::string::npos);
+}
+
+// model.path is the config file's neighbour, wherever dpactor runs; a --set
+// path is the caller's, relative to the working directory.
+TEST(Config, ATorchscriptPathIsRelativeToTheConfigFile) {
+  const job_config c = load_job_config(std::string(DPACTOR_SOURCE_DIR) + "/configs/cnn.cfg");
+  EXPECT_EQ(c.module.kind, model_kind::torchscript);
+  EXPECT_EQ(c.module.path, std::string(DPACTOR_SOURCE_DIR) + "/configs/cnn.pt");
+  EXPECT_EQ(c.module.input_shape, (std::vector<std::int64_t>{1, 28, 28}));
+  const job_config set = load_job_config(std::string(DPACTOR_SOURCE_DIR) + "/configs/cnn.cfg", {"model.path=\"x.pt\""});
+  EXPECT_EQ(set.module.path, "x.pt");
+}
+
 TEST(Config, CrossKeyRulesAreChecked) {
   const std::string msg = error_of("[optimizer]\nmomentum = 0.0\nnesterov = true\n");
   EXPECT_NE(msg.find("optimizer.nesterov = true needs optimizer.momentum > 0"), std::string::npos) << msg;

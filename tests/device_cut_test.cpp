@@ -25,7 +25,6 @@ class cutting_replica final : public replica {
         layout_(make_state_layout(spec_, optimizer_config{})), state_(layout_.total_size()), grads_(layout_.parameter_size),
         sections_{std::span<float>(state_).first(layout_.parameter_size)} {}
 
-  const mlp_spec& spec() const noexcept override { return spec_; }
   const state_layout& layout() const noexcept override { return layout_; }
   std::size_t max_rows() const noexcept override { return 2; }
   void zero_grad() override {

@@ -2,7 +2,9 @@
 // faults, elasticity", "Exactly once"). The ledger checks at the end of every
 // epoch that each index was committed exactly once and fails the run
 // otherwise, so every run below that completes has kept exactly-once; the
-// tests also check the counts it reports.
+// tests also check the counts it reports. Each test runs on both replica
+// kinds: the native MLP and the same network as a TorchScript module on the
+// libtorch replica (skipped, saying why, where the plugin is not built).
 
 #include <gtest/gtest.h>
 
@@ -33,6 +35,10 @@ struct recorded_run {
   std::vector<step_event> steps;
 };
 
+class Faults : public testing::both_replicas {};
+class Schedule : public testing::both_replicas {};
+class Numerics : public testing::both_replicas {};
+
 // `trained`: where the devices' account goes; shared by runs that continue each other.
 recorded_run run(job_config c, run_options o = {}, std::shared_ptr<testing::trained_evidence> trained = nullptr) {
   recorded_run r;
@@ -53,8 +59,9 @@ recorded_run run(job_config c, run_options o = {}, std::shared_ptr<testing::trai
 }
 
 // 1024 samples at batch 64: 16 steps per epoch.
-job_config faulty_job(int replicas, std::vector<std::string> faults) {
-  job_config c = testing::small_job(replicas, 64, 1024);
+job_config faulty_job(int replicas, std::vector<std::string> faults,
+                      testing::replica_kind kind = testing::current_kind()) {
+  job_config c = testing::small_job(kind, replicas, 64, 1024);
   c.train.epochs = 3;
   c.train.verify_replicas = true;  // survivors and newcomers stay bitwise identical
   c.train.record_trained = true;   // the devices' own account of what they trained
@@ -71,7 +78,7 @@ void expect_exactly_once(const recorded_run& r, std::int64_t epochs = 3) {
   EXPECT_EQ(r.trained->check(1024, epochs), "");
 }
 
-TEST(Faults, AFailedDeviceCostsItsStepAndNoData) {
+TEST_P(Faults, AFailedDeviceCostsItsStepAndNoData) {
   const recorded_run r = run(faulty_job(3, {"fail:1@20"}));
   ASSERT_EQ(r.memberships.size(), 2u);
   const membership_event& after = r.memberships[1];
@@ -92,7 +99,7 @@ TEST(Faults, AFailedDeviceCostsItsStepAndNoData) {
   EXPECT_GT(r.summary.test_accuracy, 0.5);
 }
 
-TEST(Faults, AFailureOnTheLastStepOfAnEpochRetrainsItInThatEpoch) {
+TEST_P(Faults, AFailureOnTheLastStepOfAnEpochRetrainsItInThatEpoch) {
   const recorded_run r = run(faulty_job(2, {"fail:0@16"}));
   ASSERT_EQ(r.epochs.size(), 3u);
   EXPECT_EQ(r.epochs[0].samples, 1024);
@@ -100,7 +107,7 @@ TEST(Faults, AFailureOnTheLastStepOfAnEpochRetrainsItInThatEpoch) {
   expect_exactly_once(r);
 }
 
-TEST(Faults, AHungDeviceIsDetectedWithinTheHangTimeout) {
+TEST_P(Faults, AHungDeviceIsDetectedWithinTheHangTimeout) {
   job_config c = faulty_job(2, {"hang:1@10"});
   c.cluster.hang_timeout_s = 0.5;
   const auto start = std::chrono::steady_clock::now();
@@ -118,7 +125,7 @@ TEST(Faults, AHungDeviceIsDetectedWithinTheHangTimeout) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5)) << "the hung thread did not block shutdown";
 }
 
-TEST(Faults, TheLastDevicesLeavingCheckpointTheirStateAndStop) {
+TEST_P(Faults, TheLastDevicesLeavingCheckpointTheirStateAndStop) {
   // Before: the leaving devices were let go first, and the run stopped with
   // "no replica state left to checkpoint".
   for (const auto& faults : {std::vector<std::string>{"leave:0@5"}, std::vector<std::string>{"leave:0@5", "leave:1@5"}}) {
@@ -138,7 +145,7 @@ TEST(Faults, TheLastDevicesLeavingCheckpointTheirStateAndStop) {
   }
 }
 
-TEST(Faults, JoinAndLeaveTakeEffectAtTheirStepBoundaries) {
+TEST_P(Faults, JoinAndLeaveTakeEffectAtTheirStepBoundaries) {
   const recorded_run r = run(faulty_job(2, {"join:cpu@10", "leave:0@30"}));
   ASSERT_EQ(r.memberships.size(), 3u);
   EXPECT_EQ(r.memberships[1].step, 9) << "the newcomer trains from step 10";
@@ -171,15 +178,15 @@ void expect_newcomer_adopts_the_survivors_state(std::vector<std::string> faults,
   expect_exactly_once(r);
 }
 
-TEST(Faults, ANewcomerCarriesTheSurvivorsBytesIntoItsFirstStep) {
+TEST_P(Faults, ANewcomerCarriesTheSurvivorsBytesIntoItsFirstStep) {
   expect_newcomer_adopts_the_survivors_state({"join:cpu@20"}, "cpu:2");
 }
 
-TEST(Faults, ANewcomerAfterAFailureCarriesTheSurvivorsBytesIntoItsFirstStep) {
+TEST_P(Faults, ANewcomerAfterAFailureCarriesTheSurvivorsBytesIntoItsFirstStep) {
   expect_newcomer_adopts_the_survivors_state({"fail:1@10", "join:cpu@20"}, "cpu:2");
 }
 
-TEST(Faults, ANewcomerMatchesAJobThatHadItsMembersFromTheStart) {
+TEST_P(Faults, ANewcomerMatchesAJobThatHadItsMembersFromTheStart) {
   // With even shards, a run that grows from 2 to 3 members must compute the
   // same parameters as one that had 3 from the start (to float rounding),
   // since the newcomer adopts the exact state and the batch math is global.
@@ -195,7 +202,7 @@ TEST(Faults, ANewcomerMatchesAJobThatHadItsMembersFromTheStart) {
       ASSERT_NEAR(a.tensors[t].values[i], b.tensors[t].values[i], 1e-5) << a.tensors[t].name;
 }
 
-TEST(Faults, FailingEveryDeviceCheckpointsAndStopsWithAClearError) {
+TEST_P(Faults, FailingEveryDeviceCheckpointsAndStopsWithAClearError) {
   testing::scratch_dir dir;
   job_config c = faulty_job(2, {"fail:0@12", "fail:1@12"});
   c.train.checkpoint_dir = (dir / "ckpt").string();
@@ -218,7 +225,7 @@ TEST(Faults, FailingEveryDeviceCheckpointsAndStopsWithAClearError) {
   EXPECT_EQ(r.summary.samples, 3 * 1024 - 11 * 64);
 }
 
-TEST(Faults, FallingBelowMinDevicesStops) {
+TEST_P(Faults, FallingBelowMinDevicesStops) {
   testing::scratch_dir dir;
   job_config c = faulty_job(2, {"fail:1@5"});
   c.cluster.min_devices = 2;
@@ -232,7 +239,7 @@ TEST(Faults, FallingBelowMinDevicesStops) {
   EXPECT_TRUE(fs::exists(dir / "ckpt" / "step-00000004"));
 }
 
-TEST(Faults, MinDevicesAboveTheReplicasIsRefusedAtStart) {
+TEST_P(Faults, MinDevicesAboveTheReplicasIsRefusedAtStart) {
   job_config c = faulty_job(2, {});
   c.cluster.min_devices = 3;
   Engine engine(c);
@@ -248,11 +255,14 @@ TEST(Faults, MinDevicesAboveTheReplicasIsRefusedAtStart) {
 // Every straggler policy, with a slow and a jittery replica, in both modes:
 // every sample trained once by the devices' account, and the model learns.
 class StragglerPolicies
-    : public ::testing::TestWithParam<std::tuple<straggler_policy, std::string, bool>> {};
+    : public ::testing::TestWithParam<std::tuple<straggler_policy, std::string, bool, testing::replica_kind>> {
+ protected:
+  void SetUp() override { DPACTOR_SKIP_WITHOUT(std::get<3>(GetParam())); }
+};
 
 TEST_P(StragglerPolicies, TrainEverySampleOnceAndLearn) {
-  const auto [policy, fault, reproducible] = GetParam();
-  job_config c = faulty_job(2, {fault});
+  const auto [policy, fault, reproducible, replicas] = GetParam();
+  job_config c = faulty_job(2, {fault}, replicas);
   c.straggler.policy = policy;
   c.train.reproducible = reproducible;
   c.train.micro_batch = 8;  // 8 slices a step: something to steal or cut
@@ -265,17 +275,18 @@ std::string policy_case_name(const ::testing::TestParamInfo<StragglerPolicies::P
   static const char* const names[] = {"none", "balance", "cut", "balance_cut"};
   const std::string& fault = std::get<1>(info.param);
   return std::string(names[static_cast<int>(std::get<0>(info.param))]) + "_" + fault.substr(0, fault.find(':')) + "_" +
-         (std::get<2>(info.param) ? "reproducible" : "fast");
+         (std::get<2>(info.param) ? "reproducible" : "fast") + "_" + testing::kind_name(std::get<3>(info.param));
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryPolicy, StragglerPolicies,
                          ::testing::Combine(::testing::Values(straggler_policy::none, straggler_policy::balance,
                                                               straggler_policy::cut, straggler_policy::balance_cut),
                                             ::testing::Values(std::string("slow:1:3"), std::string("jitter:1:0.5:3")),
-                                            ::testing::Bool()),
+                                            ::testing::Bool(),
+                                            ::testing::Values(testing::replica_kind::mlp, testing::replica_kind::torch)),
                          policy_case_name);
 
-TEST(Faults, CutIndicesAreTrainedLaterInTheSameEpoch) {
+TEST_P(Faults, CutIndicesAreTrainedLaterInTheSameEpoch) {
   // cpu:1 is delayed 30 ms on every step: far past any deadline, so it is cut
   // every time and its indices go to later steps of the same epoch.
   job_config c = faulty_job(2, {"jitter:1:1.0:30"});
@@ -302,7 +313,7 @@ job_config scheduled_job(std::vector<std::string> faults) {
   return c;
 }
 
-TEST(Schedule, WithoutCutsEveryStepRunsAtTheRateOfItsIndex) {
+TEST_P(Schedule, WithoutCutsEveryStepRunsAtTheRateOfItsIndex) {
   for (const bool reproducible : {true, false}) {
     SCOPED_TRACE(reproducible ? "reproducible" : "fast");
     job_config c = scheduled_job({});
@@ -315,7 +326,7 @@ TEST(Schedule, WithoutCutsEveryStepRunsAtTheRateOfItsIndex) {
   }
 }
 
-TEST(Schedule, StepsThatCutsAddStayInsideTheirEpochsShareOfTheSchedule) {
+TEST_P(Schedule, StepsThatCutsAddStayInsideTheirEpochsShareOfTheSchedule) {
   // As in CutIndicesAreTrainedLaterInTheSameEpoch: cpu:1 is cut every step,
   // so each epoch takes more than its 16 steps.
   job_config c = scheduled_job({"jitter:1:1.0:30"});
@@ -338,7 +349,7 @@ TEST(Schedule, StepsThatCutsAddStayInsideTheirEpochsShareOfTheSchedule) {
   expect_exactly_once(r, 2);
 }
 
-TEST(Faults, AResumeAfterCutsTrainsEverySampleOnceAcrossBothRuns) {
+TEST_P(Faults, AResumeAfterCutsTrainsEverySampleOnceAcrossBothRuns) {
   // cpu:1 is cut every step, so when the first run stops at step 20, in its
   // first epoch, cut indices are waiting in the ledger: the checkpoint must
   // carry them, and the resumed run train them, once.
@@ -360,7 +371,7 @@ TEST(Faults, AResumeAfterCutsTrainsEverySampleOnceAcrossBothRuns) {
   EXPECT_EQ(trained->check(1024, 2), "") << "the devices' account over both runs";
 }
 
-TEST(Faults, AReplicaThatCarriesOtherStateIntoAStepIsNamed) {
+TEST_P(Faults, AReplicaThatCarriesOtherStateIntoAStepIsNamed) {
   // perturb:1@5 flips a bit of cpu:1's first parameter before step 5. That
   // element is rank 0's part of the update, so the step's gather would make
   // the replicas equal again: only the state carried into the step shows it.
@@ -377,7 +388,7 @@ TEST(Faults, AReplicaThatCarriesOtherStateIntoAStepIsNamed) {
   }
 }
 
-TEST(Numerics, ADivergingRunStopsAtTheFirstNonFiniteLossNamingTheStep) {
+TEST_P(Numerics, ADivergingRunStopsAtTheFirstNonFiniteLossNamingTheStep) {
   job_config c = faulty_job(2, {});
   c.optimizer.lr = 1e6;
   try {
@@ -390,8 +401,8 @@ TEST(Numerics, ADivergingRunStopsAtTheFirstNonFiniteLossNamingTheStep) {
   }
 }
 
-TEST(Faults, AddAndRemoveDevicesFromAnotherThread) {
-  job_config c = testing::small_job(2, 32, 4096);
+TEST_P(Faults, AddAndRemoveDevicesFromAnotherThread) {
+  job_config c = testing::small_job(testing::current_kind(), 2, 32, 4096);
   c.train.epochs = 1000;
   c.train.verify_replicas = true;
   // This test is about joins and leaves: a step slowed past the default hang
@@ -430,7 +441,7 @@ TEST(Faults, AddAndRemoveDevicesFromAnotherThread) {
   EXPECT_NE(memberships[2].reason.find("cpu:0 left"), std::string::npos);
 }
 
-TEST(Faults, AFaultEvery50StepsKeepsTheLedgerAndTheAccuracy) {
+TEST_P(Faults, AFaultEvery50StepsKeepsTheLedgerAndTheAccuracy) {
   if (!fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"))
     GTEST_SKIP() << "dataset-fashion-mnist is not installed (scripts/setup installs it)";
   job_config c = load_job_config(std::string(DPACTOR_SOURCE_DIR) + "/configs/mlp.cfg");
@@ -456,6 +467,10 @@ TEST(Faults, AFaultEvery50StepsKeepsTheLedgerAndTheAccuracy) {
   EXPECT_GT(faulty.epochs[0].requeued, 0);
   EXPECT_NEAR(faulty.summary.test_accuracy, clean.summary.test_accuracy, 0.01);
 }
+
+DPACTOR_ON_BOTH_REPLICAS(Faults);
+DPACTOR_ON_BOTH_REPLICAS(Schedule);
+DPACTOR_ON_BOTH_REPLICAS(Numerics);
 
 }  // namespace
 }  // namespace dpactor

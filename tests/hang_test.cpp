@@ -1,7 +1,7 @@
 // Hangs end: a stuck device is removed, a stall nobody can be blamed for ends
 // the run with a checkpoint and an error naming each device and its phase,
 // and a long step whose micro-batches move is no hang at all (See Note
-// [Progress-based hang detection]).
+// [Progress-based hang detection]), on both replica kinds.
 
 #include <gtest/gtest.h>
 
@@ -48,9 +48,12 @@ outcome run_bounded(job_config c, const std::string& what) {
   return out;
 }
 
+// Every test runs on both replica kinds (tests/test_support.hpp).
+class Hangs : public testing::both_replicas {};
+
 // 1024 samples at batch 64: 16 steps per epoch; a checkpoint every 2 steps.
 job_config hang_job(int replicas, std::vector<std::string> faults, const std::filesystem::path& checkpoints) {
-  job_config c = testing::small_job(replicas, 64, 1024);
+  job_config c = testing::small_job(testing::current_kind(), replicas, 64, 1024);
   c.train.epochs = 2;
   c.train.checkpoint_dir = checkpoints.string();
   c.train.checkpoint_every = 2;
@@ -68,7 +71,7 @@ void expect_checkpoint_of(const std::filesystem::path& dir, const job_config& c,
   EXPECT_FALSE(first_nonfinite(ckpt.state).has_value() && *first_nonfinite(ckpt.state) < ckpt.state.size() - 2);
 }
 
-TEST(Hangs, ASingleDeviceStuckEndsTheRunWithACheckpointNamingItsPhase) {
+TEST_P(Hangs, ASingleDeviceStuckEndsTheRunWithACheckpointNamingItsPhase) {
   // Before: a hang with nobody else to blame started a new generation with the
   // same device, which hung again, forever.
   testing::scratch_dir dir;
@@ -82,7 +85,7 @@ TEST(Hangs, ASingleDeviceStuckEndsTheRunWithACheckpointNamingItsPhase) {
   expect_checkpoint_of(dir / "ckpt", c, 6);  // steps 1-6 committed; step 7 hung
 }
 
-TEST(Hangs, EveryDeviceStuckEndsTheRunNamingEachDevice) {
+TEST_P(Hangs, EveryDeviceStuckEndsTheRunNamingEachDevice) {
   testing::scratch_dir dir;
   const job_config c = hang_job(2, {"hang:0@5", "hang:1@5"}, dir / "ckpt");
   const outcome o = run_bounded(c, "every device hung");
@@ -93,7 +96,7 @@ TEST(Hangs, EveryDeviceStuckEndsTheRunNamingEachDevice) {
   expect_checkpoint_of(dir / "ckpt", c, 4);
 }
 
-TEST(Hangs, OneStuckDeviceOfTwoIsRemovedAndTheRunGoesOn) {
+TEST_P(Hangs, OneStuckDeviceOfTwoIsRemovedAndTheRunGoesOn) {
   testing::scratch_dir dir;
   const job_config c = hang_job(2, {"hang:1@5"}, dir / "ckpt");
   const outcome o = run_bounded(c, "one hung device of two");
@@ -105,12 +108,12 @@ TEST(Hangs, OneStuckDeviceOfTwoIsRemovedAndTheRunGoesOn) {
   EXPECT_EQ(o.summary.steps, 32);
 }
 
-TEST(Hangs, ALongStepWhoseMicroBatchesMoveIsNoHang) {
+TEST_P(Hangs, ALongStepWhoseMicroBatchesMoveIsNoHang) {
   // Before: the timeout counted from the last commit, so a step longer than
   // the timeout was a hang, and the first step (the slowest) always was.
   // The step here is many micro-batches: the timeout is set to a third of
   // the measured step time, far above one micro-batch's.
-  job_config c = testing::small_job(2, 8192, 8192 * 3);
+  job_config c = testing::small_job(testing::current_kind(), 2, 8192, 8192 * 3);
   c.model = mlp_spec{{16, 512, 512, 4}, activation::relu, loss_kind::cross_entropy};
   c.train.micro_batch = 16;
   c.train.max_steps = 2;
@@ -126,6 +129,8 @@ TEST(Hangs, ALongStepWhoseMicroBatchesMoveIsNoHang) {
   EXPECT_EQ(o.memberships.size(), 1u) << o.memberships.back().reason;
   EXPECT_EQ(o.summary.steps, 3);
 }
+
+DPACTOR_ON_BOTH_REPLICAS(Hangs);
 
 }  // namespace
 }  // namespace dpactor

@@ -6,7 +6,8 @@
 // resumed. The runs are the dpactor program's; the test compares the files
 // itself. Each case runs with the default slice (train.micro_batch 64: two
 // slices a step) and with slices of 16 (eight a step, so that stealing and
-// uneven trees happen).
+// uneven trees happen), and on the libtorch replica with the CNN of
+// configs/cnn.cfg (slices of 16, four a step).
 
 #include <gtest/gtest.h>
 
@@ -23,17 +24,26 @@ namespace fs = std::filesystem;
 
 const std::string dataset = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz";
 
-class SameBytes : public ::testing::TestWithParam<int> {
+// A case: the job's config (configs/mlp.cfg, or configs/cnn.cfg on the
+// libtorch replica) and the slice.
+struct job_case {
+  std::string config;
+  int micro_batch = 64;
+};
+
+class SameBytes : public ::testing::TestWithParam<job_case> {
  protected:
   void SetUp() override {
     if (!fs::exists(dataset)) GTEST_SKIP() << "dataset-fashion-mnist is not installed (scripts/setup installs it)";
+    DPACTOR_SKIP_WITHOUT(GetParam().config == "cnn" ? testing::replica_kind::torch : testing::replica_kind::mlp);
   }
 
-  // The default job for 300 steps, with this case's slice, plus `extra`.
+  // The job for 300 steps, with this case's slice, plus `extra`.
   std::vector<std::string> args(const std::string& name, std::vector<std::string> extra) const {
-    std::vector<std::string> a{"--model", std::string(DPACTOR_SOURCE_DIR) + "/configs/mlp.cfg", "--quiet",
-                               "--checkpoint-dir", name, "--set", "train.max_steps=300", "--set",
-                               "train.micro_batch=" + std::to_string(GetParam()), "--set", "train.eval_every=0"};
+    std::vector<std::string> a{"--model", std::string(DPACTOR_SOURCE_DIR) + "/configs/" + GetParam().config + ".cfg",
+                               "--quiet", "--checkpoint-dir", name, "--set", "train.max_steps=300", "--set",
+                               "train.micro_batch=" + std::to_string(GetParam().micro_batch), "--set",
+                               "train.eval_every=0"};
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   }
@@ -123,8 +133,12 @@ TEST_P(SameBytes, ARunStoppedBySigintAtARandomStepAndResumed) {
                     "stopped by SIGINT, resumed on 1 replica");
 }
 
-INSTANTIATE_TEST_SUITE_P(Slices, SameBytes, ::testing::Values(64, 16),
-                         [](const auto& info) { return "micro_batch_" + std::to_string(info.param); });
+// The CNN's steps are 64 samples: slices of 16 give four to share.
+INSTANTIATE_TEST_SUITE_P(Slices, SameBytes,
+                         ::testing::Values(job_case{"mlp", 64}, job_case{"mlp", 16}, job_case{"cnn", 16}),
+                         [](const auto& info) {
+                           return info.param.config + "_micro_batch_" + std::to_string(info.param.micro_batch);
+                         });
 
 }  // namespace
 }  // namespace dpactor

@@ -1,5 +1,6 @@
 // Resuming from a checkpoint continues bit-exactly: the final parameters
-// and optimizer state equal those of a run that never stopped.
+// and optimizer state equal those of a run that never stopped, on both
+// replica kinds.
 
 #include <gtest/gtest.h>
 
@@ -12,9 +13,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Every test runs on both replica kinds (tests/test_support.hpp).
+class Resume : public testing::both_replicas {};
+
 // 1000 samples at batch 64: 16 steps per epoch, the last one partial (40).
 job_config resumable_job(const fs::path& dir) {
-  job_config c = testing::small_job(2, 64, 1000);
+  job_config c = testing::small_job(testing::current_kind(), 2, 64, 1000);
   c.train.epochs = 2;
   c.train.checkpoint_dir = dir.string();
   c.train.keep_checkpoints = 0;
@@ -40,7 +44,7 @@ void expect_same_files(const fs::path& a, const fs::path& b) {
   }
 }
 
-TEST(Resume, OneEpochThenOneMoreEqualsTwoStraight) {
+TEST_P(Resume, OneEpochThenOneMoreEqualsTwoStraight) {
   testing::scratch_dir dir;
   const run_summary straight = run(resumable_job(dir / "straight"));
   EXPECT_EQ(straight.steps, 32);
@@ -55,7 +59,7 @@ TEST(Resume, OneEpochThenOneMoreEqualsTwoStraight) {
   expect_same_files(straight.checkpoint, resumed.checkpoint);
 }
 
-TEST(Resume, MidEpochWithStepsInFlightIsBitExact) {
+TEST_P(Resume, MidEpochWithStepsInFlightIsBitExact) {
   testing::scratch_dir dir;
   const run_summary straight = run(resumable_job(dir / "straight"));
   for (std::int64_t stop_at : {5, 15, 21}) {
@@ -70,7 +74,7 @@ TEST(Resume, MidEpochWithStepsInFlightIsBitExact) {
   }
 }
 
-TEST(Resume, FromAPeriodicCheckpointOfAnUninterruptedRun) {
+TEST_P(Resume, FromAPeriodicCheckpointOfAnUninterruptedRun) {
   testing::scratch_dir dir;
   job_config c = resumable_job(dir / "periodic");
   c.train.checkpoint_every = 7;
@@ -83,7 +87,7 @@ TEST(Resume, FromAPeriodicCheckpointOfAnUninterruptedRun) {
   expect_same_files(straight.checkpoint, resumed.checkpoint);
 }
 
-TEST(Resume, InitFromLoadsWeightsWithAFreshOptimizer) {
+TEST_P(Resume, InitFromLoadsWeightsWithAFreshOptimizer) {
   testing::scratch_dir dir;
   const run_summary trained = run(resumable_job(dir / "a"));
   job_config c = resumable_job(dir / "b");
@@ -93,7 +97,7 @@ TEST(Resume, InitFromLoadsWeightsWithAFreshOptimizer) {
   EXPECT_GT(one.test_accuracy, 0.5) << "it starts from the trained weights";
 }
 
-TEST(Resume, ADifferentSeedIsRefused) {
+TEST_P(Resume, ADifferentSeedIsRefused) {
   testing::scratch_dir dir;
   job_config c = resumable_job(dir / "a");
   c.train.max_steps = 3;
@@ -103,6 +107,8 @@ TEST(Resume, ADifferentSeedIsRefused) {
   Engine engine(other, testing::resume_from(dir / "a"));
   EXPECT_THROW(engine.start(), config_error);
 }
+
+DPACTOR_ON_BOTH_REPLICAS(Resume);
 
 }  // namespace
 }  // namespace dpactor

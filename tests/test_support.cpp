@@ -1,5 +1,6 @@
 #include "tests/test_support.hpp"
 
+#include "tensors/torch_model.hpp"
 #include "train/sample_digest.hpp"
 
 #include <gtest/gtest.h>
@@ -80,6 +81,40 @@ job_config small_job(std::int64_t replicas, std::int64_t batch, std::int64_t tra
   c.cluster.blas_threads = 1;
   return c;
 }
+
+std::string kind_name(replica_kind kind) { return kind == replica_kind::mlp ? "mlp" : "torch"; }
+
+job_config small_job(replica_kind kind, std::int64_t replicas, std::int64_t batch, std::int64_t train_rows) {
+  job_config c = small_job(replicas, batch, train_rows);
+  if (kind == replica_kind::torch) {
+    c.module.kind = model_kind::torchscript;
+    c.module.path = std::string(DPACTOR_SOURCE_DIR) + "/tests/data/torch/mlp_16_32_4.pt";
+    c.module.input_shape = {16};
+  }
+  return c;
+}
+
+bool torch_available(std::string& why) {
+  if (!find_torch_plugin(why).empty()) return true;
+  why = "no libtorch plugin: " + why;
+  return false;
+}
+
+namespace {
+replica_kind running_kind = replica_kind::mlp;
+}
+
+replica_kind current_kind() { return running_kind; }
+
+void both_replicas::SetUp() {
+  running_kind = GetParam();
+  std::string why;
+  if (running_kind == replica_kind::torch && !torch_available(why)) GTEST_SKIP() << why;
+}
+
+void both_replicas::TearDown() { running_kind = replica_kind::mlp; }
+
+std::string kind_case_name(const ::testing::TestParamInfo<replica_kind>& info) { return kind_name(info.param); }
 
 double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
   double diff = 0.0, norm = 0.0;

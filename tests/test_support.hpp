@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "actors/engine.hpp"
 #include "config/job_config.hpp"
 
@@ -39,6 +41,43 @@ run_options init_from(const std::filesystem::path& weights);
 // A small synthetic classification job: 16 features, 4 classes, fast;
 // straggler.policy = none, so its arithmetic does not depend on timing.
 job_config small_job(std::int64_t replicas, std::int64_t batch, std::int64_t train_rows = 1024);
+
+// The replica kinds a test of the engine runs on: the native MLP and its
+// twin as a TorchScript module on the libtorch replica.
+enum class replica_kind { mlp, torch };
+std::string kind_name(replica_kind kind);
+// small_job on either kind: for torch, tests/data/torch/mlp_16_32_4.pt, the
+// same 16-32-4 network (its own initial weights).
+job_config small_job(replica_kind kind, std::int64_t replicas, std::int64_t batch, std::int64_t train_rows = 1024);
+// Whether the libtorch plugin can be loaded here; if not, `why` says why (a
+// test skips with it).
+bool torch_available(std::string& why);
+// Suites that run every test on both replica kinds derive their fixture from
+// both_replicas, write TEST_P, and instantiate with
+// DPACTOR_ON_BOTH_REPLICAS(suite). Inside, current_kind() is the running
+// test's kind (for helpers that build jobs); a torch case skips, saying
+// why, where the plugin is not built.
+replica_kind current_kind();
+class both_replicas : public ::testing::TestWithParam<replica_kind> {
+ protected:
+  void SetUp() override;
+  void TearDown() override;
+};
+std::string kind_case_name(const ::testing::TestParamInfo<replica_kind>& info);
+#define DPACTOR_ON_BOTH_REPLICAS(suite)                                                                        \
+  INSTANTIATE_TEST_SUITE_P(BothReplicas, suite,                                                                \
+                           ::testing::Values(::dpactor::testing::replica_kind::mlp,                           \
+                                             ::dpactor::testing::replica_kind::torch),                         \
+                           ::dpactor::testing::kind_case_name)
+
+// Skips the current test when `kind` is torch and the plugin is missing.
+#define DPACTOR_SKIP_WITHOUT(kind)                                                            \
+  do {                                                                                       \
+    std::string dpactor_why_;                                                                \
+    if ((kind) == ::dpactor::testing::replica_kind::torch &&                                 \
+        !::dpactor::testing::torch_available(dpactor_why_))                                  \
+      GTEST_SKIP() << dpactor_why_;                                                          \
+  } while (false)
 
 // sqrt(sum (a - b)^2 / sum b^2), in double.
 double relative_difference(const std::vector<float>& a, const std::vector<float>& b);

@@ -24,13 +24,14 @@ torch_model_options torch_options(const job_config& config, const replica_shape&
   return o;
 }
 
-std::unique_ptr<replica> make_replica(const job_config& config, const replica_shape& shape, int id) {
+std::unique_ptr<replica> make_replica(const job_config& config, const replica_shape& shape, int id,
+                                      const torch_model_factory& torch_factory) {
   const std::size_t micro_batch = shape.micro_batch;
-  if (config.module.kind == model_kind::torchscript) {
+  if (torch_factory) {
     if (!config.cluster.gpus.empty())
-      throw config_error("model.kind = \"torchscript\" runs on CPU replicas only in this version (Debian's libtorch "
-                         "is CPU-only): use --cpus");
-    return std::make_unique<cpu_replica>(open_torch_model(torch_options(config, shape)), config.optimizer);
+      throw config_error("a torch model runs on CPU replicas only in this version (Debian's libtorch is CPU-only): "
+                         "use --cpus");
+    return std::make_unique<cpu_replica>(torch_factory(torch_options(config, shape)), config.optimizer);
   }
   if (config.cluster.gpus.empty()) return std::make_unique<cpu_replica>(config.model, config.optimizer, micro_batch);
 #if DPACTOR_HAS_CUDA

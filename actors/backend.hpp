@@ -24,10 +24,11 @@ struct replica_shape {
 };
 
 // The replica of device `id`: on GPU config.cluster.gpus[id], or a CPU one
-// with the native MLP or, with model.kind = "torchscript", the module
-// (loaded for this replica alone). Throws config_error for GPUs in a build
+// with the native MLP or, given `torch_factory` (model.kind = "torchscript",
+// or the embedder's), a torch module made for this replica alone. Throws config_error for GPUs in a build
 // without CUDA, and for a module that cannot be loaded.
-std::unique_ptr<replica> make_replica(const job_config& config, const replica_shape& shape, int id);
+std::unique_ptr<replica> make_replica(const job_config& config, const replica_shape& shape, int id,
+                                      const torch_model_factory& torch_factory = {});
 
 // The options a torch model of this config is opened with.
 torch_model_options torch_options(const job_config& config, const replica_shape& shape);

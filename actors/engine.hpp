@@ -34,6 +34,7 @@
 #include "data/record_queue.hpp"
 #include "tensors/error.hpp"
 #include "tensors/flat_layout.hpp"
+#include "tensors/torch_model.hpp"
 #include "train/latest_parameters.hpp"
 
 namespace dpactor {
@@ -62,6 +63,10 @@ struct run_options {
   // Stream mode: a source the engine pulls records from on a thread of its
   // own, in place of (or besides) Engine::feed. Its end ends the run.
   std::shared_ptr<record_source> records;
+  // A model made by the embedder, one per replica, in place of model.kind's
+  // (torch/module_model.hpp makes one from a torch::nn::Module factory;
+  // model.input_shape gives one sample's shape). Empty: model.kind's.
+  torch_model_factory torch_model;
 };
 
 class Engine {

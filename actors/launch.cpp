@@ -24,6 +24,11 @@ constexpr double late_floor_without_cuts_s = 0.05;
 
 int hardware_cores() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }
 
+// The torch model, for messages.
+std::string model_name(const job_config& config, const run_options& options) {
+  return options.torch_model ? std::string("the C++ module (run_options::torch_model)") : config.module.path;
+}
+
 // The state every member starts from: fresh, from weights, or resumed.
 void load_initial_state(const job_config& config, const run_options& options, launch_plan& plan) {
   if (!options.resume_from.empty()) {
@@ -101,8 +106,16 @@ launch_plan prepare_launch(const job_config& config, const run_options& options,
   // The model's widths: model.layers', or a TorchScript module's, which is
   // opened once here to check it against the data and lay out its state.
   int inputs = config.model.inputs(), classes = config.model.outputs();
-  if (config.module.kind == model_kind::torchscript) {
-    plan.module = open_torch_model(torch_options(config, replica_shape{}));
+  if (options.torch_model) {
+    if (config.module.input_shape.empty())
+      throw config_error("run_options::torch_model: set model.input_shape, one sample's shape as the module's "
+                         "forward takes it (e.g. {784} or {1, 28, 28})");
+    plan.torch_factory = options.torch_model;
+  } else if (config.module.kind == model_kind::torchscript) {
+    plan.torch_factory = open_torch_model;
+  }
+  if (plan.torch_factory) {
+    plan.module = plan.torch_factory(torch_options(config, replica_shape{}));
     inputs = static_cast<int>(plan.module->inputs());
     classes = static_cast<int>(plan.module->outputs());
   }
@@ -115,11 +128,11 @@ launch_plan prepare_launch(const job_config& config, const run_options& options,
   } else if (plan.module) {
     std::string shape;
     for (const auto d : config.module.input_shape) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
-    const std::string key = "model.input_shape = [" + shape + "] of " + config.module.path;
+    const std::string key = "model.input_shape = [" + shape + "] of " + model_name(config, options);
     try {
       plan.data = load_data(config.data, inputs, classes, key);
     } catch (const data_error& e) {
-      throw data_error(std::string(e.what()) + " (" + config.module.path + " outputs " + std::to_string(classes) +
+      throw data_error(std::string(e.what()) + " (" + model_name(config, options) + " outputs " + std::to_string(classes) +
                        " class scores per sample)");
     }
   } else {
@@ -170,7 +183,7 @@ std::shared_ptr<device_setup> make_device_setup(const job_config& config, const 
   setup->name = device_name(config, id);
   setup->model = make_replica(
       config, replica_shape{static_cast<std::size_t>(config.train.micro_batch), plan.data.train->feature_count, plan.blas_threads},
-      id);
+      id, plan.torch_factory);
   setup->model->import_state(*plan.initial_state);  // a newcomer is overwritten by the generation's broadcast
   setup->train = plan.data.train;
   setup->test = plan.data.test;

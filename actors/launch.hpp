@@ -34,7 +34,8 @@ struct launch_plan {
   int replicas = 1;
   int blas_threads = 1;                         // per replica
   std::shared_ptr<record_queue> stream;         // train.mode = "stream": the records to train
-  std::shared_ptr<const torch_model> module;    // model.kind = "torchscript": the module as saved
+  torch_model_factory torch_factory;             // a torch model's (a TorchScript file's, or the embedder's)
+  std::shared_ptr<const torch_model> module;    // ... and the first one made: its layout and initial weights
 };
 
 // Loads the data and the initial state and plans the run. Throws data_error,

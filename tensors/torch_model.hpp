@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -45,6 +46,11 @@ class torch_model : public compute_model {
   // The module's parameter values as saved, laid out by layout().
   virtual void initial_parameters(std::span<float> out) const = 0;
 };
+
+// Makes a replica's model: open_torch_model for a TorchScript file, or an
+// embedder's (torch/module_model.hpp: from a torch::nn::Module factory).
+// Each call is one replica's own module; throws config_error.
+using torch_model_factory = std::function<std::unique_ptr<torch_model>(const torch_model_options& options)>;
 
 // Loads the module (and, the first time, the plugin). Throws config_error
 // naming the file: missing, not TorchScript, saved by a newer PyTorch, an

@@ -10,6 +10,7 @@
 //  - through the engine: replicas stay bitwise identical after every step,
 //    two follow one, and the reproducible mode gives the same bytes on 1, 2
 //    and 3 replicas;
+//  - a module defined in C++ (torch/module_model.hpp) trains the same way;
 //  - bad files are refused before training, naming the file.
 
 #include <gtest/gtest.h>
@@ -17,6 +18,7 @@
 #include <torch/script.h>
 #include <torch/torch.h>
 
+#include <atomic>
 #include <filesystem>
 #include <random>
 
@@ -26,6 +28,7 @@
 #include "tensors/safetensors.hpp"
 #include "tensors/torch_model.hpp"
 #include "tests/test_support.hpp"
+#include "torch/module_model.hpp"
 
 namespace dpactor {
 namespace {
@@ -269,6 +272,87 @@ TEST(TorchEngine, CheckpointsUseTheModulesStateDictNames) {
   EXPECT_EQ(weights, expected);
   EXPECT_EQ(names, (std::vector<std::string>{"0.weight", "0.bias", "2.weight", "2.bias"}));
   EXPECT_EQ(shapes, (std::vector<std::vector<std::int64_t>>{{32, 16}, {32}, {4, 32}, {4}}));
+}
+
+// The tests' 16-32-4 network defined in C++, with the state_dict names of
+// nn.Sequential.
+struct TwinImpl : torch::nn::Module {
+  TwinImpl()
+      : fc1(register_module("0", torch::nn::Linear(16, 32))), fc2(register_module("2", torch::nn::Linear(32, 4))) {}
+  torch::Tensor forward(torch::Tensor x) { return fc2(torch::relu(fc1(x))); }
+  torch::nn::Linear fc1, fc2;
+};
+TORCH_MODULE(Twin);
+
+// A factory whose every module draws other weights (seed 0, 1, 2, ...).
+struct twin_factory {
+  std::shared_ptr<std::atomic<int>> made = std::make_shared<std::atomic<int>>(0);
+  torch_model_factory factory() const {
+    return torch_module([made = made] {
+      torch::manual_seed(made->fetch_add(1));
+      return torch::nn::AnyModule(Twin());
+    });
+  }
+};
+
+std::vector<float> twin_weights(std::uint64_t seed) {
+  torch::manual_seed(seed);
+  Twin twin;
+  std::vector<float> out;
+  for (const auto& p : twin->parameters()) {
+    const auto v = values(p);
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+std::vector<float> train_twin(int replicas, double lr, const std::filesystem::path& dir, const twin_factory& twins) {
+  job_config c = testing::small_job(replicas, 64, 1000);
+  c.module.input_shape = {16};
+  c.train.epochs = 10;
+  c.train.max_steps = 40;
+  c.train.verify_replicas = true;  // bitwise identical at every step, though each module drew its own weights
+  c.train.reproducible = false;
+  c.train.checkpoint_dir = dir.string();
+  c.optimizer.lr = lr;
+  run_options o;
+  o.torch_model = twins.factory();
+  Engine engine(c, o);
+  engine.start();
+  const run_summary s = engine.wait();
+  EXPECT_EQ(s.steps, 40);
+  std::vector<float> state;
+  for (const auto& t : load_safetensors(std::filesystem::path(s.checkpoint) / "model.safetensors").tensors)
+    state.insert(state.end(), t.values.begin(), t.values.end());
+  return state;
+}
+
+TEST(TorchEngine, AModuleDefinedInCppTrainsWithNoFileInBetween) {
+  SKIP_WITHOUT_TORCH();
+  testing::scratch_dir dir;
+  twin_factory frozen;
+  // At rate 0 the weights stay the first module's (seed 0), on every replica.
+  EXPECT_EQ(train_twin(2, 0.0, dir / "frozen", frozen), twin_weights(0));
+  EXPECT_EQ(frozen.made->load(), 3) << "one module to lay the state out, one per replica";
+  EXPECT_NE(twin_weights(0), twin_weights(1)) << "the modules did draw other weights";
+  const auto one = train_twin(1, 0.05, dir / "one", twin_factory{});
+  const auto two = train_twin(2, 0.05, dir / "two", twin_factory{});
+  EXPECT_NE(one, twin_weights(0)) << "it trained";
+  EXPECT_LE(testing::relative_difference(two, one), 1e-5);
+}
+
+TEST(TorchEngine, AModuleDefinedInCppNeedsItsInputShape) {
+  SKIP_WITHOUT_TORCH();
+  job_config c = testing::small_job(1, 64, 256);
+  run_options o;
+  o.torch_model = twin_factory{}.factory();
+  Engine engine(c, o);
+  try {
+    engine.start();
+    ADD_FAILURE() << "started";
+  } catch (const config_error& e) {
+    EXPECT_NE(std::string(e.what()).find("set model.input_shape"), std::string::npos) << e.what();
+  }
 }
 
 // Each bad file or shape is refused before training with a config_error

@@ -1,0 +1,37 @@
+#pragma once
+// A model defined in C++ for an embedding service: a factory of
+// torch::nn::Module instances, trained by the libtorch replica with no file
+// in between. Link dpactor::torch_modules (built with libtorch; it links
+// libtorch into the program, unlike the engine's plugin) and pass the
+// factory in run_options::torch_model:
+//
+//   struct NetImpl : torch::nn::Module {
+//     NetImpl() : fc1(register_module("fc1", torch::nn::Linear(784, 128))),
+//                 fc2(register_module("fc2", torch::nn::Linear(128, 10))) {}
+//     torch::Tensor forward(torch::Tensor x) { return fc2(torch::relu(fc1(x))); }
+//     torch::nn::Linear fc1, fc2;
+//   };
+//   TORCH_MODULE(Net);
+//
+//   dpactor::run_options o;
+//   o.torch_model = dpactor::torch_module([] { return torch::nn::AnyModule(Net()); });
+//   config.module.input_shape = {784};
+//   dpactor::Engine engine(config, o);
+//
+// Every replica calls the factory for a module of its own; the weights of the
+// first one made are every replica's start (a factory may draw them at
+// random). The module's forward takes [N, *model.input_shape] float32 and
+// returns [N, classes] scores; its named_parameters() are the checkpoint's
+// tensor names. Modules with buffers are refused for now.
+
+#include <torch/torch.h>
+
+#include <functional>
+
+#include "tensors/torch_model.hpp"
+
+namespace dpactor {
+
+torch_model_factory torch_module(std::function<torch::nn::AnyModule()> make);
+
+}  // namespace dpactor

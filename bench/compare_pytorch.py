@@ -97,6 +97,21 @@ def pytorch_run(mode, blas_threads, batches, model="mlp", threads=1):
     return {r["batch"]: r for r in map(json.loads, out.splitlines()) if "batch" in r}
 
 
+def run_dpactor(a, batches, results, model):
+    """dpactor on 1 and 2 replicas in the modes asked for; returns the configurations' names."""
+    modes = {"both": (True, False), "reproducible": (True,), "fast": (False,)}[a.mode]
+    names = []
+    for reproducible in modes:
+        for replicas in (1, 2):
+            name = f"dpactor {replicas} replica{'s' if replicas > 1 else ''}" + \
+                   ("" if len(modes) == 1 else (" reproducible" if reproducible else " fast"))
+            names.append(name)
+            for b in batches:
+                print(f"running {name}, batch {b} ...", file=sys.stderr)
+                results[(name, b)] = dpactor_run(a.dpactor, replicas, b, reproducible, model=model)[0]
+    return names
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dpactor", default=os.path.join(ROOT, "build/bin/dpactor"))
@@ -125,16 +140,7 @@ def main():
     print("running PyTorch DDP ...", file=sys.stderr)
     for b, r in pytorch_run("ddp", 1, batches).items():
         results[("PyTorch DDP Gloo 2x(1+1)", b)] = r["step_us"]
-    modes = {"both": (True, False), "reproducible": (True,), "fast": (False,)}[a.mode]
-    dpactor_configs = []
-    for reproducible in modes:
-        for replicas in (1, 2):
-            name = f"dpactor {replicas} replica{'s' if replicas > 1 else ''}" + \
-                   ("" if len(modes) == 1 else (" reproducible" if reproducible else " fast"))
-            dpactor_configs.append(name)
-            for b in batches:
-                print(f"running {name}, batch {b} ...", file=sys.stderr)
-                results[(name, b)] = dpactor_run(a.dpactor, replicas, b, reproducible)[0]
+    dpactor_configs = run_dpactor(a, batches, results, "mlp")
 
     configs = dpactor_configs + ["PyTorch 1+1", "PyTorch 1+2", "PyTorch DDP Gloo 2x(1+1)"]
     torch_configs = configs[len(dpactor_configs):]
@@ -193,16 +199,7 @@ def compare_cnn(a, batches):
         print(f"running {name} ...", file=sys.stderr)
         for b, r in pytorch_run(mode, 1, batches, model="cnn", threads=threads).items():
             results[(name, b)] = r["step_us"]
-    modes = {"both": (True, False), "reproducible": (True,), "fast": (False,)}[a.mode]
-    dpactor_configs = []
-    for reproducible in modes:
-        for replicas in (1, 2):
-            name = f"dpactor {replicas} replica{'s' if replicas > 1 else ''}" + \
-                   ("" if len(modes) == 1 else (" reproducible" if reproducible else " fast"))
-            dpactor_configs.append(name)
-            for b in batches:
-                print(f"running {name}, batch {b} ...", file=sys.stderr)
-                results[(name, b)] = dpactor_run(a.dpactor, replicas, b, reproducible, model="cnn")[0]
+    dpactor_configs = run_dpactor(a, batches, results, "cnn")
     names = dpactor_configs + [n for n, _, _ in torch_configs]
     print(f"\nCNN of configs/cnn.cfg; OpenBLAS kernels, both sides: {kernels}\n")
     print("| batch | configuration | step us | samples/s | vs best PyTorch | vs PyTorch DDP |")

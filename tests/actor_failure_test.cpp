@@ -15,9 +15,12 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
+// The throws run on both replica kinds (tests/test_support.hpp).
+class ActorFailure : public testing::both_replicas {};
+
 // Runs a small job with `fault`; returns the error's message and how long the run took.
 std::pair<std::string, double> failing_run(int replicas, const std::string& fault, error_kind expected) {
-  job_config c = testing::small_job(replicas, 32, 1024);
+  job_config c = testing::small_job(testing::current_kind(), replicas, 32, 1024);
   c.train.epochs = 100;
   c.faults.inject = {fault};
   const auto start = clock_type::now();
@@ -34,28 +37,30 @@ std::pair<std::string, double> failing_run(int replicas, const std::string& faul
   return {what, std::chrono::duration<double>(clock_type::now() - start).count()};
 }
 
-TEST(ActorFailure, AThrowInTheLoaderEndsTheRunNamingIt) {
+TEST_P(ActorFailure, AThrowInTheLoaderEndsTheRunNamingIt) {
   const auto [what, seconds] = failing_run(2, "crash:loader@5", error_kind::internal);
   EXPECT_NE(what.find("the loader failed"), std::string::npos) << what;
   EXPECT_NE(what.find("crash:loader@5"), std::string::npos) << what;
   EXPECT_LT(seconds, 10.0);
 }
 
-TEST(ActorFailure, AThrowInTheReducerEndsTheRunNamingIt) {
+TEST_P(ActorFailure, AThrowInTheReducerEndsTheRunNamingIt) {
   const auto [what, seconds] = failing_run(2, "crash:reducer@5", error_kind::internal);
   EXPECT_NE(what.find("the reducer failed"), std::string::npos) << what;
   EXPECT_NE(what.find("crash:reducer@5"), std::string::npos) << what;
   EXPECT_LT(seconds, 10.0);
 }
 
-TEST(ActorFailure, AThrowInTheOnlyDeviceEndsTheRunNamingIt) {
+TEST_P(ActorFailure, AThrowInTheOnlyDeviceEndsTheRunNamingIt) {
   // With others left the run would go on without it (a fault, not an end).
   const auto [what, seconds] = failing_run(1, "fail:0@5", error_kind::training);
   EXPECT_NE(what.find("cpu:0 failed: injected failure"), std::string::npos) << what;
   EXPECT_LT(seconds, 10.0);
 }
 
-TEST(ActorFailure, TheProgramExitsWithTheInternalErrorCode) {
+DPACTOR_ON_BOTH_REPLICAS(ActorFailure);
+
+TEST(ActorFailureCli, TheProgramExitsWithTheInternalErrorCode) {
   testing::scratch_dir dir;
   testing::write_text(dir / "job.cfg",
                       "[data]\nformat = \"synthetic\"\nsynthetic_train = 512\nsynthetic_test = 64\n"

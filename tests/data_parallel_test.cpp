@@ -12,7 +12,6 @@
 
 #include "config/config_file.hpp"
 #include "actors/engine.hpp"
-#include "tensors/safetensors.hpp"
 #include "tests/test_support.hpp"
 
 namespace dpactor {
@@ -33,10 +32,7 @@ std::vector<float> train(int replicas, std::int64_t batch, optimizer_kind opt, c
   engine.start();
   const run_summary s = engine.wait();
   EXPECT_EQ(s.steps, 50);
-  std::vector<float> params;
-  for (const auto& t : load_safetensors(std::filesystem::path(s.checkpoint) / "model.safetensors").tensors)
-    params.insert(params.end(), t.values.begin(), t.values.end());
-  return params;
+  return testing::checkpoint_parameters(s.checkpoint);
 }
 
 TEST(DataParallel, TwoReplicasMatchOneOnTheWholeBatch) {

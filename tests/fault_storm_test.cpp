@@ -3,7 +3,7 @@
 // step while device actors end and free their step runners (See Note [Posted
 // memory outlives an abort]). Under AddressSanitizer (scripts/test runs 100
 // of them) a freed buffer touched by a peer is a report; here each run must
-// also finish with every sample of its epochs trained.
+// also finish with every sample of its epochs trained. On both replica kinds.
 
 #include <gtest/gtest.h>
 
@@ -31,7 +31,7 @@ int runs(int fallback) {
 // its slices get stolen).
 job_config stormy_job(std::mt19937_64& gen, std::string& faults_text) {
   const int replicas = std::uniform_int_distribution<int>(3, 5)(gen);
-  job_config c = testing::small_job(replicas, 96, 960);
+  job_config c = testing::small_job(testing::current_kind(), replicas, 96, 960);
   c.train.epochs = 2;
   c.train.micro_batch = 4;
   c.straggler.policy = straggler_policy::balance_cut;
@@ -57,7 +57,10 @@ job_config stormy_job(std::mt19937_64& gen, std::string& faults_text) {
   return c;
 }
 
-TEST(FaultStorm, RunsThatFailHangAndGetCutAtRandomStepsFinishWithEverySample) {
+// On both replica kinds (tests/test_support.hpp).
+class FaultStorm : public testing::both_replicas {};
+
+TEST_P(FaultStorm, RunsThatFailHangAndGetCutAtRandomStepsFinishWithEverySample) {
   std::mt19937_64 gen(20261203);
   const int n = runs(5);
   for (int i = 0; i < n; ++i) {
@@ -84,6 +87,8 @@ TEST(FaultStorm, RunsThatFailHangAndGetCutAtRandomStepsFinishWithEverySample) {
     EXPECT_GT(s.test_accuracy, 0.4);
   }
 }
+
+DPACTOR_ON_BOTH_REPLICAS(FaultStorm);
 
 }  // namespace
 }  // namespace dpactor

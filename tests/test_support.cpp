@@ -116,6 +116,13 @@ void both_replicas::TearDown() { running_kind = replica_kind::mlp; }
 
 std::string kind_case_name(const ::testing::TestParamInfo<replica_kind>& info) { return kind_name(info.param); }
 
+std::vector<float> checkpoint_parameters(const std::filesystem::path& checkpoint) {
+  std::vector<float> params;
+  for (const auto& t : load_safetensors(checkpoint / "model.safetensors").tensors)
+    params.insert(params.end(), t.values.begin(), t.values.end());
+  return params;
+}
+
 double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
   double diff = 0.0, norm = 0.0;
   for (std::size_t i = 0; i < a.size(); ++i) {

@@ -79,6 +79,9 @@ std::string kind_case_name(const ::testing::TestParamInfo<replica_kind>& info);
       GTEST_SKIP() << dpactor_why_;                                                          \
   } while (false)
 
+// Every parameter of a checkpoint's model.safetensors, in file order.
+std::vector<float> checkpoint_parameters(const std::filesystem::path& checkpoint);
+
 // sqrt(sum (a - b)^2 / sum b^2), in double.
 double relative_difference(const std::vector<float>& a, const std::vector<float>& b);
 

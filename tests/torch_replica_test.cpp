@@ -217,10 +217,7 @@ std::vector<float> train(int replicas, bool reproducible, const std::filesystem:
   engine.start();
   const run_summary s = engine.wait();
   EXPECT_EQ(s.steps, 40);
-  std::vector<float> state;
-  for (const auto& t : load_safetensors(std::filesystem::path(s.checkpoint) / "model.safetensors").tensors)
-    state.insert(state.end(), t.values.begin(), t.values.end());
-  return state;
+  return testing::checkpoint_parameters(s.checkpoint);
 }
 
 TEST(TorchEngine, ReplicasStayBitwiseIdenticalAndTwoFollowOne) {
@@ -321,10 +318,7 @@ std::vector<float> train_twin(int replicas, double lr, const std::filesystem::pa
   engine.start();
   const run_summary s = engine.wait();
   EXPECT_EQ(s.steps, 40);
-  std::vector<float> state;
-  for (const auto& t : load_safetensors(std::filesystem::path(s.checkpoint) / "model.safetensors").tensors)
-    state.insert(state.end(), t.values.begin(), t.values.end());
-  return state;
+  return testing::checkpoint_parameters(s.checkpoint);
 }
 
 TEST(TorchEngine, AModuleDefinedInCppTrainsWithNoFileInBetween) {

@@ -48,8 +48,8 @@ std::vector<std::string> job(std::vector<std::string> args) {
 // Starts a coordinator in `dir` on `listen_port` (0: any) and returns its
 // port, read from its "listening on 127.0.0.1:PORT" line.
 std::string start_coordinator(std::unique_ptr<cli_process>& p, const fs::path& dir, std::vector<std::string> args,
-                              const std::string& listen_port = "0") {
-  std::vector<std::string> all = {"--coordinator", "--model", mlp_cfg, "--listen", "127.0.0.1:" + listen_port};
+                              const std::string& listen_port = "0", const std::string& model = mlp_cfg) {
+  std::vector<std::string> all = {"--coordinator", "--model", model, "--listen", "127.0.0.1:" + listen_port};
   const auto rest = job(std::move(args));
   all.insert(all.end(), rest.begin(), rest.end());
   p = std::make_unique<cli_process>(all, dir);
@@ -114,6 +114,44 @@ TEST(Distributed, ACoordinatorAndAWorkerTrainTheBytesOfOneFourReplicaProcessEver
   for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
     const auto a = testing::tensor_bytes(dir.path() / "ck" / "step-00000469" / file);
     const auto b = testing::tensor_bytes(dir.path() / "single" / "step-00000469" / file);
+    ASSERT_FALSE(a.empty()) << file;
+    EXPECT_TRUE(a == b) << file << " differs between the two processes and the single process";
+  }
+}
+
+// The libtorch replica across processes: a coordinator and a worker with one
+// CNN replica each (configs/cnn.cfg; the worker loads the coordinator's
+// model.path) train the bytes of one process with two.
+TEST(Distributed, TorchReplicasInTwoProcessesTrainTheBytesOfOneProcessWithTwo) {
+  std::string why;
+  if (!testing::torch_available(why)) GTEST_SKIP() << why;
+  scratch_dir dir;
+  const std::string cnn_cfg = std::string(DPACTOR_SOURCE_DIR) + "/configs/cnn.cfg";
+  const std::vector<std::string> common = {"--epochs", "1", "--set", "train.max_steps=40", "--set",
+                                           "train.eval_every=0"};
+  std::unique_ptr<cli_process> coordinator;
+  std::vector<std::string> args = {"--cpus", "1", "--wait-devices", "2", "--checkpoint-dir",
+                                   (dir.path() / "ck").string()};
+  args.insert(args.end(), common.begin(), common.end());
+  fs::create_directories(dir.path() / "coordinator");
+  const std::string port = start_coordinator(coordinator, dir.path() / "coordinator", args, "0", cnn_cfg);
+  ASSERT_FALSE(port.empty()) << coordinator->output_so_far();
+  auto worker = start_worker(dir.path() / "worker", port, "w1", 1);
+  const auto w = worker->wait(120s);
+  const auto c = coordinator->wait(120s);
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  ASSERT_EQ(w.exit_code, 0) << w.output;
+  EXPECT_NE(c.output.find("generation 0: 2 members (cpu:0, w1/cpu:0)"), std::string::npos) << c.output;
+
+  std::vector<std::string> single = {"--model", cnn_cfg, "--gpus", "0", "--cpus", "2", "--checkpoint-dir",
+                                     (dir.path() / "single").string()};
+  single.insert(single.end(), common.begin(), common.end());
+  fs::create_directories(dir.path() / "one");
+  const auto s = testing::run_cli(single, dir.path() / "one");
+  ASSERT_EQ(s.exit_code, 0) << s.output;
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+    const auto a = testing::tensor_bytes(dir.path() / "ck" / "step-00000040" / file);
+    const auto b = testing::tensor_bytes(dir.path() / "single" / "step-00000040" / file);
     ASSERT_FALSE(a.empty()) << file;
     EXPECT_TRUE(a == b) << file << " differs between the two processes and the single process";
   }

@@ -64,6 +64,16 @@ std::unique_ptr<cli_process> start_worker(const fs::path& dir, const std::string
   return std::make_unique<cli_process>(args, dir);
 }
 
+// The checkpoint the processes wrote holds the single process's bytes.
+void expect_same_state(const fs::path& processes, const fs::path& single) {
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+    const auto a = testing::tensor_bytes(processes / file);
+    const auto b = testing::tensor_bytes(single / file);
+    ASSERT_FALSE(a.empty()) << processes / file;
+    EXPECT_TRUE(a == b) << file << " differs between the processes and the single process";
+  }
+}
+
 // What the devices say they trained (train.record_trained), every device's
 // as the coordinator's metrics file has them: the evidence of exactly-once
 // (tests/test_support.hpp, trained_evidence).
@@ -111,12 +121,7 @@ TEST(Distributed, ACoordinatorAndAWorkerTrainTheBytesOfOneFourReplicaProcessEver
   fs::create_directories(dir.path() / "one");
   const auto s = testing::run_cli(single, dir.path() / "one");
   ASSERT_EQ(s.exit_code, 0) << s.output;
-  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
-    const auto a = testing::tensor_bytes(dir.path() / "ck" / "step-00000469" / file);
-    const auto b = testing::tensor_bytes(dir.path() / "single" / "step-00000469" / file);
-    ASSERT_FALSE(a.empty()) << file;
-    EXPECT_TRUE(a == b) << file << " differs between the two processes and the single process";
-  }
+  expect_same_state(dir.path() / "ck" / "step-00000469", dir.path() / "single" / "step-00000469");
 }
 
 // The libtorch replica across processes: a coordinator and a worker with one
@@ -149,12 +154,7 @@ TEST(Distributed, TorchReplicasInTwoProcessesTrainTheBytesOfOneProcessWithTwo) {
   fs::create_directories(dir.path() / "one");
   const auto s = testing::run_cli(single, dir.path() / "one");
   ASSERT_EQ(s.exit_code, 0) << s.output;
-  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
-    const auto a = testing::tensor_bytes(dir.path() / "ck" / "step-00000040" / file);
-    const auto b = testing::tensor_bytes(dir.path() / "single" / "step-00000040" / file);
-    ASSERT_FALSE(a.empty()) << file;
-    EXPECT_TRUE(a == b) << file << " differs between the two processes and the single process";
-  }
+  expect_same_state(dir.path() / "ck" / "step-00000040", dir.path() / "single" / "step-00000040");
 }
 
 TEST(Distributed, AKilledWorkerIsLeftOutOfTheNextGenerationAndTheRunFinishes) {

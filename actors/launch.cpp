@@ -143,7 +143,7 @@ launch_plan prepare_launch(const job_config& config, const run_options& options,
   plan.blas_threads = config.cluster.blas_threads > 0 ? static_cast<int>(config.cluster.blas_threads)
                       : config.train.reproducible     ? 1
                                                       : std::max(1, hardware_cores() / replicas);
-  plan.layout = plan.module ? make_state_layout(plan.module->layout(), config.optimizer)
+  plan.layout = plan.module ? make_state_layout(plan.module->layout(), config.optimizer, plan.module->buffer_begin())
                             : make_state_layout(config.model, config.optimizer);
   load_initial_state(config, options, plan);
   const auto rows = static_cast<std::int64_t>(plan.data.train->rows);

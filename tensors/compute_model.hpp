@@ -41,8 +41,10 @@ class compute_model {
   virtual std::size_t outputs() const noexcept = 0;
   // Most rows one call takes.
   virtual std::size_t max_batch() const noexcept = 0;
-  // The parameters' layout, which the gradients share.
+  // The parameters' layout, which the gradients share; a model's buffers
+  // are its last tensors, from buffer_begin() on (See Note [Module buffers]).
   virtual const flat_layout& layout() const noexcept = 0;
+  virtual std::size_t buffer_begin() const noexcept { return layout().size(); }
 
   // `params` and `grads` point at buffers laid out by layout(); x(n, inputs),
   // labels(n). Adds the gradient *sums* over the n samples to grads, or with

@@ -13,7 +13,7 @@ cpu_replica::cpu_replica(mlp_spec spec, optimizer_config opt, std::size_t micro_
 
 cpu_replica::cpu_replica(std::unique_ptr<compute_model> model, optimizer_config opt)
     : opt_(opt),
-      layout_(make_state_layout(model->layout(), opt)),
+      layout_(make_state_layout(model->layout(), opt, model->buffer_begin())),
       model_(std::move(model)),
       states_{aligned_buffer<float>(layout_.total_size()), aligned_buffer<float>(layout_.total_size())},
       grads_(layout_.parameter_size),
@@ -32,8 +32,10 @@ void cpu_replica::zero_grad() {
 }
 
 std::span<float> cpu_replica::gradients() {
-  if (!grads_written_) {  // a step without samples
+  if (!grads_written_) {  // a step without samples: the buffers stay the step's (See Note [Module buffers])
     grads_.fill(0.0f);
+    const std::size_t b = layout_.buffer_begin, end = layout_.parameter_size;
+    std::copy(state().data() + b, state().data() + end, grads_.data() + b);
     grads_written_ = true;
   }
   return grads_.span();
@@ -107,11 +109,22 @@ void cpu_replica::write_update(double lr, double total_samples, std::size_t begi
                                const std::vector<std::span<float>>& to) {
   if (end <= begin) return;
   const auto& from = sections_[current_];
-  const std::size_t n = end - begin;
   if (total_samples <= 0.0) {  // no samples anywhere: the state carries over
-    for (std::size_t s = 0; s < from.size(); ++s) std::copy_n(from[s].data() + begin, n, to[s].data() + begin);
+    for (std::size_t s = 0; s < from.size(); ++s)
+      std::copy_n(from[s].data() + begin, end - begin, to[s].data() + begin);
     return;
   }
+  // See Note [Module buffers]: the reduced region holds rank 0's buffers.
+  const std::size_t buffers = std::max(begin, layout_.buffer_begin);
+  if (buffers < end) {
+    const auto grads = gradients();
+    std::copy(grads.data() + buffers, grads.data() + end, to[0].data() + buffers);
+    for (std::size_t s = 1; s < from.size(); ++s)
+      if (to[s].data() != from[s].data()) std::copy(from[s].data() + buffers, from[s].data() + end, to[s].data() + buffers);
+    end = buffers;
+    if (end <= begin) return;
+  }
+  const std::size_t n = end - begin;
   std::array<std::span<const float>, 2> slots_in;  // at most two slots (AdamW)
   std::array<std::span<float>, 2> slots_out;
   const std::size_t n_slots = from.size() - 1;

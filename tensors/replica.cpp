@@ -1,5 +1,6 @@
 #include "tensors/replica.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
@@ -9,11 +10,12 @@ state_layout make_state_layout(const mlp_spec& spec, const optimizer_config& opt
   return make_state_layout(mlp_layout(spec), opt);
 }
 
-state_layout make_state_layout(const flat_layout& params, const optimizer_config& opt) {
+state_layout make_state_layout(const flat_layout& params, const optimizer_config& opt, std::size_t buffer_begin) {
   state_layout s;
   for (const auto& t : params.tensors()) s.layout.add(t.name, t.shape);
   s.parameter_tensors = params.tensors().size();
   s.parameter_size = s.layout.size();
+  s.buffer_begin = std::min(buffer_begin, s.parameter_size);
   s.slots = optimizer_slot_names(opt);
   for (const auto& slot : s.slots)
     for (const auto& t : params.tensors()) s.layout.add(t.name + "." + slot, t.shape);

@@ -11,6 +11,21 @@
 // state source makes a newcomer identical to the others in one collective
 // call, and checkpoints are cut out of it by tensor name.
 //
+// Note [Module buffers]
+// A torch module's buffers (BatchNorm's running statistics) follow DDP's
+// default: every replica starts a step from the same buffers, and after it
+// all hold the first rank's, updated by its own forward passes. They are the
+// last tensors of the parameter section (layout().buffer_begin on), so the
+// state buffer, its broadcast, the checkpoints (under their state_dict
+// names) and the pending state carry them like parameters. In a step each
+// member writes its updated buffers into the same region of its gradients,
+// and every member but rank 0 zeroes that region (step_runner), so the
+// reduced "gradient" there is rank 0's buffers exactly (x + 0 = x); the
+// update copies it instead of stepping it. In reproducible mode the
+// contributor is the step's first slice, whoever computes it, and every
+// slice starts from the step's buffers: the bytes do not depend on the
+// number of replicas.
+//
 // Note [Sharded optimizer step]
 // The optimizer is element-wise, so the members split its work: the gradients
 // are reduce-scattered (each member sums the part it owns, in rank order),
@@ -59,6 +74,10 @@ struct state_layout {
   flat_layout layout;               // parameters, then slot tensors "<param>.<slot>"
   std::size_t parameter_tensors = 0;
   std::size_t parameter_size = 0;   // floats of the parameter section, padding included
+  // Where a model's buffers (BatchNorm's running statistics) start in the
+  // parameter section: they are its last tensors, not trained but copied
+  // (See Note [Module buffers]). parameter_size: none.
+  std::size_t buffer_begin = 0;
   std::vector<std::string> slots;   // optimizer slot names
 
   // Floats after the layout holding the step counter.
@@ -66,7 +85,9 @@ struct state_layout {
   std::size_t total_size() const noexcept { return layout.size() + tail_floats; }
 };
 
-state_layout make_state_layout(const flat_layout& parameters, const optimizer_config& opt);
+// `buffer_begin`: where the buffers start among `parameters` (its size: none).
+state_layout make_state_layout(const flat_layout& parameters, const optimizer_config& opt,
+                               std::size_t buffer_begin = static_cast<std::size_t>(-1));
 state_layout make_state_layout(const mlp_spec& spec, const optimizer_config& opt);
 
 // Reads and writes the step counter kept in the tail of a state buffer.

@@ -349,6 +349,95 @@ TEST(TorchEngine, AModuleDefinedInCppNeedsItsInputShape) {
   }
 }
 
+// See Note [Module buffers]: BatchNorm's running statistics after a step are
+// the module's own after its forward on that step's batch, and the next step
+// starts from them (kept in the state, not in the module).
+TEST(TorchModel, BuffersAreTheModulesOwnAfterEachStepAndLiveInTheState) {
+  SKIP_WITHOUT_TORCH();
+  torch_model_options o;
+  o.path = models + "batchnorm.pt";
+  o.input_shape = {16};
+  o.features = 16;
+  o.max_batch = 32;
+  auto model = open_torch_model(o);
+  std::vector<float> initial(model->layout().size());
+  model->initial_parameters(initial);
+  cpu_replica r(std::move(model), sgd(0.9));
+  std::vector<float> state(r.layout().total_size(), 0.0f);
+  std::copy(initial.begin(), initial.end(), state.begin());
+  r.import_state(state);
+  ASSERT_LT(r.layout().buffer_begin, r.layout().parameter_size) << "the module's buffers are in the state";
+
+  torch::jit::Module reference = torch::jit::load(models + "batchnorm.pt");
+  reference.train();
+  for (std::uint32_t step = 0; step < 2; ++step) {
+    batch b = random_batch(32, 20 + step, 16, 4);
+    r.zero_grad();
+    r.accumulate(rows_of(b, 0, 32, 16));
+    const std::vector<float> grads(r.gradients().begin(), r.gradients().end());
+    r.update_in_place(0.0, 32.0);  // rate 0: the reference's weights stay the replica's
+    const std::vector<float> after = r.export_state();
+    torch::NoGradGuard no_grad;
+    reference.forward({torch::from_blob(b.x.data(), {32, 16})});
+    std::size_t checked = 0;
+    for (const auto& buffer : reference.named_buffers()) {
+      const tensor_spec* t = r.layout().layout.find(buffer.name);
+      ASSERT_NE(t, nullptr) << buffer.name;
+      ASSERT_GE(t->offset, r.layout().buffer_begin) << buffer.name;
+      const auto expected = values(buffer.value.to(torch::kFloat));
+      EXPECT_EQ(slice(grads, *t), expected) << buffer.name << ", step " << step;
+      EXPECT_EQ(slice(after, *t), expected) << buffer.name << " in the state, step " << step;
+      ++checked;
+    }
+    EXPECT_EQ(checked, 3u) << "running_mean, running_var, num_batches_tracked";
+  }
+}
+
+std::vector<float> train_batchnorm(int replicas, bool reproducible, const std::filesystem::path& dir,
+                                   std::int64_t steps = 40, run_options options = {}) {
+  job_config c = testing::small_job(testing::replica_kind::torch, replicas, 64, 1000);
+  c.module.path = models + "batchnorm.pt";
+  c.train.epochs = 10;
+  c.train.max_steps = steps;
+  c.train.micro_batch = reproducible ? 16 : 32;
+  c.train.verify_replicas = true;  // the buffers are in the state: bitwise identical at every step
+  c.train.reproducible = reproducible;
+  c.train.checkpoint_dir = dir.string();
+  Engine engine(c, std::move(options));
+  engine.start();
+  const run_summary s = engine.wait();
+  EXPECT_EQ(s.steps, steps);
+  const auto file = load_safetensors(std::filesystem::path(s.checkpoint) / "model.safetensors");
+  bool found = false;
+  for (const auto& t : file.tensors)
+    if (t.name == "1.num_batches_tracked") {
+      found = true;
+      EXPECT_EQ(t.values.at(0), static_cast<float>(steps)) << "one forward a step counts (rank 0's, or slice 0's)";
+    }
+  EXPECT_TRUE(found) << "the checkpoint names the buffers as the state_dict does";
+  return testing::checkpoint_parameters(s.checkpoint);
+}
+
+TEST(TorchEngine, AModuleWithBuffersTrainsOnReplicasThatStayIdenticalAndReproducible) {
+  SKIP_WITHOUT_TORCH();
+  testing::scratch_dir dir;
+  train_batchnorm(2, false, dir / "fast");
+  const auto one = train_batchnorm(1, true, dir / "one");
+  EXPECT_EQ(train_batchnorm(2, true, dir / "two"), one);
+  EXPECT_EQ(train_batchnorm(3, true, dir / "three"), one);
+}
+
+// The buffers are saved with the parameters and come back on resume: a run
+// stopped at step 17 and resumed to 40 ends on the bytes of one that never
+// stopped, running statistics and the count of batches included.
+TEST(TorchEngine, AModulesBuffersComeBackOnResume) {
+  SKIP_WITHOUT_TORCH();
+  testing::scratch_dir dir;
+  const auto straight = train_batchnorm(2, false, dir / "straight");
+  train_batchnorm(2, false, dir / "split", 17);
+  EXPECT_EQ(train_batchnorm(2, false, dir / "split", 40, testing::resume_from(dir / "split")), straight);
+}
+
 // Each bad file or shape is refused before training with a config_error
 // that names the file and says what is wrong.
 TEST(TorchModel, BadFilesAreRefusedNamingTheFile) {
@@ -374,7 +463,6 @@ TEST(TorchModel, BadFilesAreRefusedNamingTheFile) {
   refused(models + "state_dict.pt", {16}, "is not a TorchScript module");
   refused(models + "newer.pt", {16}, "newer PyTorch (file format version 99)");
   refused(models + "float64.pt", {16}, "parameter 0.weight is Double");
-  refused(models + "batchnorm.pt", {16}, "has buffers (1.running_mean");
   refused(models + "flat_output.pt", {16}, "one row of class scores per sample");
   refused(models + "mlp_16_32_4.pt", {15}, "model.input_shape = [15] is 15 values per sample, but the data has 16");
   refused(cnn_file, {16}, "forward of one sample shaped [1, 16]");

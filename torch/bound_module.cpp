@@ -77,9 +77,6 @@ batch_stats bound_module::evaluate(const float* params, const float* x, const st
 // Checks the module against the data and lays its parameters out.
 void bound_module::describe() {
   const std::string& name = parts_.name;
-  for (const auto& b : parts_.buffers)
-    throw open_error(name + ": the module has buffers (" + b +
-                     ", e.g. BatchNorm's running statistics), which this version of dpactor does not train yet");
   for (const auto& [pname, value] : parts_.parameters) {
     if (value.scalar_type() != at::kFloat)
       throw open_error(name + ": parameter " + pname + " is " + std::string(c10::toString(value.scalar_type())) +
@@ -91,11 +88,21 @@ void bound_module::describe() {
     layout_.add(pname, std::vector<std::int64_t>(value.sizes().begin(), value.sizes().end()));
   }
   if (params_.empty()) throw open_error(name + ": the module has no parameter to train");
+  // See Note [Module buffers]: after the parameters, in the same layout.
+  buffer_begin_ = layout_.size();
+  for (const auto& [bname, value] : parts_.buffers) {
+    if (value.scalar_type() != at::kFloat && value.scalar_type() != at::kLong)
+      throw open_error(name + ": buffer " + bname + " is " + std::string(c10::toString(value.scalar_type())) +
+                       "; dpactor keeps float32 buffers and int64 counters only");
+    buffers_.push_back(value);
+    layout_.add(bname, std::vector<std::int64_t>(value.sizes().begin(), value.sizes().end()));
+  }
   initial_.assign(layout_.size(), 0.0f);
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const at::Tensor c = params_[i].detach().contiguous();
     std::memcpy(initial_.data() + layout_.tensors()[i].offset, c.data_ptr<float>(), c.numel() * sizeof(float));
   }
+  store_buffers(initial_.data());
 
   std::int64_t features = 1;
   for (const auto d : options_.input_shape) features *= d;
@@ -137,13 +144,20 @@ batch_stats bound_module::train_step(const float* params, float* grads, const fl
                        std::size_t n, bool overwrite, layer_done_callback on_layer_done) {
   use_threads();
   bind(params, grads);
-  if (overwrite) std::fill_n(grads, layout_.size(), 0.0f);
-  if (n == 0) return {};
+  if (overwrite) {
+    std::fill_n(grads, layout_.size(), 0.0f);
+    load_buffers(params);  // the step starts from the state's buffers
+  }
+  if (n == 0) {
+    store_buffers(grads);
+    return {};
+  }
   set_training(true);
   const at::Tensor out = forward(x, n);
   const at::Tensor target = label_tensor(labels, n);
   const at::Tensor loss = loss_of(out, target);
   loss.backward();
+  store_buffers(grads);
   batch_stats stats;
   stats.loss_sum = loss.item<double>();
   stats.correct = correct(out, target);
@@ -158,6 +172,7 @@ batch_stats bound_module::evaluation(const float* params, const float* x, const 
   use_threads();
   bind(params, bound_grads_);
   if (n == 0) return {};
+  load_buffers(params);
   torch::NoGradGuard no_grad;
   set_training(false);
   const at::Tensor out = forward(x, n);
@@ -195,6 +210,21 @@ void bound_module::bind(const float* params, float* grads) {
       params_[i].mutable_grad() = torch::from_blob(grads + t.offset, t.shape);
     }
     bound_grads_ = grads;
+  }
+}
+
+void bound_module::load_buffers(const float* state) {
+  torch::NoGradGuard no_grad;
+  for (std::size_t i = 0; i < buffers_.size(); ++i) {
+    const auto& t = layout_.tensors()[params_.size() + i];
+    buffers_[i].copy_(torch::from_blob(const_cast<float*>(state + t.offset), t.shape));
+  }
+}
+
+void bound_module::store_buffers(float* grads) const {
+  for (std::size_t i = 0; i < buffers_.size(); ++i) {
+    const auto& t = layout_.tensors()[params_.size() + i];
+    torch::from_blob(grads + t.offset, t.shape).copy_(buffers_[i].detach());
   }
 }
 

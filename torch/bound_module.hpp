@@ -30,7 +30,7 @@ std::string first_line(const std::string& what);
 struct module_parts {
   std::string name;  // for messages: the file, or "the C++ module"
   std::vector<std::pair<std::string, at::Tensor>> parameters;  // state_dict names and order
-  std::vector<std::string> buffers;                            // their names (refused for now)
+  std::vector<std::pair<std::string, at::Tensor>> buffers;     // See Note [Module buffers]
   std::function<at::Tensor(const at::Tensor&)> forward;
   std::function<void(bool)> set_training;
   std::shared_ptr<void> owner;  // keeps the module alive
@@ -46,6 +46,7 @@ class bound_module final : public torch_model {
   std::size_t outputs() const noexcept override { return classes_; }
   std::size_t max_batch() const noexcept override { return options_.max_batch; }
   const flat_layout& layout() const noexcept override { return layout_; }
+  std::size_t buffer_begin() const noexcept override { return buffer_begin_; }
   void initial_parameters(std::span<float> out) const override;
 
   // libtorch's errors leave as std::runtime_error: no torch type crosses
@@ -61,6 +62,10 @@ class bound_module final : public torch_model {
   batch_stats evaluation(const float* params, const float* x, const std::int32_t* labels, std::size_t n);
   void use_threads();
   void bind(const float* params, float* grads);
+  // See Note [Module buffers]: the step's buffers from the state into the
+  // module, and the module's after a forward into the gradients.
+  void load_buffers(const float* state);
+  void store_buffers(float* grads) const;
   void set_training(bool on);
   at::Tensor forward(const float* x, std::size_t n);
   at::Tensor loss_of(const at::Tensor& out, const at::Tensor& target) const;
@@ -68,6 +73,8 @@ class bound_module final : public torch_model {
   module_parts parts_;
   torch_model_options options_;
   std::vector<at::Tensor> params_;  // the module's parameters, layout order
+  std::vector<at::Tensor> buffers_;  // then its buffers (float32, or int64 counters kept as floats)
+  std::size_t buffer_begin_ = 0;
   flat_layout layout_;
   std::vector<float> initial_;
   std::size_t features_ = 0, classes_ = 0;

@@ -13,7 +13,7 @@ torch_model_factory torch_module(std::function<torch::nn::AnyModule()> make) {
       module_parts parts;
       parts.name = "the C++ module (run_options::torch_model)";
       for (const auto& p : root->named_parameters(/*recurse=*/true)) parts.parameters.emplace_back(p.key(), p.value());
-      for (const auto& b : root->named_buffers(/*recurse=*/true)) parts.buffers.push_back(b.key());
+      for (const auto& b : root->named_buffers(/*recurse=*/true)) parts.buffers.emplace_back(b.key(), b.value());
       parts.forward = [module](const at::Tensor& x) { return module->forward(x); };
       parts.set_training = [root](bool on) { root->train(on); };
       parts.owner = module;

@@ -48,7 +48,7 @@ torch_model* open_torchscript(const torch_model_options& options) {
   module_parts parts;
   parts.name = options.path;
   for (const auto& p : module->named_parameters(/*recurse=*/true)) parts.parameters.emplace_back(p.name, p.value);
-  for (const auto& b : module->named_buffers(/*recurse=*/true)) parts.buffers.push_back(b.name);
+  for (const auto& b : module->named_buffers(/*recurse=*/true)) parts.buffers.emplace_back(b.name, b.value);
   parts.forward = [module](const at::Tensor& x) { return module->forward({x}).toTensor(); };
   parts.set_training = [module](bool on) { module->train(on); };
   parts.owner = module;

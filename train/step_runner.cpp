@@ -106,6 +106,14 @@ const fault_spec* step_runner::inject_step_faults(const step_shard& shard, const
   return find_fault(fault_kind::slow, step_number);
 }
 
+// See Note [Module buffers]: a member's (or a slice's) buffers that are not
+// the step's leave the reduction as zeros.
+void step_runner::clear_buffers(replica& model, std::span<float> grads) {
+  const state_layout& l = model.layout();
+  std::fill(grads.begin() + static_cast<std::ptrdiff_t>(l.buffer_begin),
+            grads.begin() + static_cast<std::ptrdiff_t>(l.parameter_size), 0.0f);
+}
+
 step_runner::computed step_runner::compute_slices(const step_shard& shard, replica& model, const dataset& train,
                                                   device_control& control, const collective_group& group) {
   computed c;
@@ -134,6 +142,7 @@ step_runner::computed step_runner::compute_slices(const step_shard& shard, repli
     const auto slice_rows = rows.subspan(at, std::min<std::size_t>(shard.slice_rows, rows.size() - at));
     control.progress.mark(device_phase::forward, shard.step);
     c.stats += model.accumulate_slice(train.batch(slice_rows), buffers_[buffer]);
+    if (slice != 0) clear_buffers(model, buffers_[buffer]);  // See Note [Module buffers]: slice 0's count
     c.digest += sample_digest(slice_rows, train.sequences);
     builder_.add_leaf(slice, buffer, buffers_, free_);
     if (slow != nullptr) injected_delay(control, shard.step, (slow->factor - 1.0) * seconds_since(start));
@@ -256,6 +265,7 @@ std::span<const float> step_runner::synchronize(const computed& c, std::size_t r
                                                 late_observer* observer, const lr_schedule& schedule) {
   device_progress& progress = *c.progress;
   const std::span<float> grads = model.gradients();
+  if (!c.sliced && comm.rank() != 0) clear_buffers(model, grads);  // See Note [Module buffers]: rank 0's count
   whole_ = {0, grads.size(), 0};  // the gradients as one part
   lr_ = c.lr_override > 0.0 ? c.lr_override : schedule.at(c.schedule_position);
   // See Note [Non-finite steps]: the count travels in the header.

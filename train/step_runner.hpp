@@ -151,6 +151,9 @@ class step_runner {
   std::int64_t count_nonfinite_gradients(const computed& c, replica& model);
   // After the header: whether every member goes on with the step's update.
   bool header_is_finite() const noexcept;
+  // Zeroes the region of a model's buffers (See Note [Module buffers]).
+  static void clear_buffers(replica& model, std::span<float> grads);
+
   // Marks backward (the first layer gradients done) and passes them on.
   class backward_marker final : public gradient_listener {
    public:

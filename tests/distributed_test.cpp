@@ -37,6 +37,7 @@ using testing::eventually;
 using testing::scratch_dir;
 
 const std::string mlp_cfg = std::string(DPACTOR_SOURCE_DIR) + "/configs/mlp.cfg";
+const std::string cnn_cfg = std::string(DPACTOR_SOURCE_DIR) + "/configs/cnn.cfg";
 
 // Heartbeats as issue 12 asks of tests: 100 ms, silent peers dropped at 500 ms.
 std::vector<std::string> job(std::vector<std::string> args) {
@@ -131,7 +132,6 @@ TEST(Distributed, TorchReplicasInTwoProcessesTrainTheBytesOfOneProcessWithTwo) {
   std::string why;
   if (!testing::torch_available(why)) GTEST_SKIP() << why;
   scratch_dir dir;
-  const std::string cnn_cfg = std::string(DPACTOR_SOURCE_DIR) + "/configs/cnn.cfg";
   const std::vector<std::string> common = {"--epochs", "1", "--set", "train.max_steps=40", "--set",
                                            "train.eval_every=0"};
   std::unique_ptr<cli_process> coordinator;
@@ -157,12 +157,20 @@ TEST(Distributed, TorchReplicasInTwoProcessesTrainTheBytesOfOneProcessWithTwo) {
   expect_same_state(dir.path() / "ck" / "step-00000040", dir.path() / "single" / "step-00000040");
 }
 
-TEST(Distributed, AKilledWorkerIsLeftOutOfTheNextGenerationAndTheRunFinishes) {
+// Faults across processes on both replica kinds: the MLP job
+// (configs/mlp.cfg) and the CNN (configs/cnn.cfg) on the libtorch replica.
+class DistributedFaults : public testing::both_replicas {};
+
+std::string kind_cfg() { return testing::current_kind() == testing::replica_kind::torch ? cnn_cfg : mlp_cfg; }
+
+TEST_P(DistributedFaults, AKilledWorkerIsLeftOutOfTheNextGenerationAndTheRunFinishes) {
   scratch_dir dir;
   std::unique_ptr<cli_process> coordinator;
   fs::create_directories(dir.path() / "coordinator");
   const std::string port = start_coordinator(coordinator, dir.path() / "coordinator",
-                                             {"--cpus", "1", "--wait-devices", "3", "--set", "train.max_steps=600"});
+                                             {"--cpus", "1", "--wait-devices", "3", "--set", "train.max_steps=600",
+                                              "--set", "train.eval_every=0"},
+                                             "0", kind_cfg());
   ASSERT_FALSE(port.empty()) << coordinator->output_so_far();
   auto a = start_worker(dir.path() / "a", port, "A", 1);
   auto b = start_worker(dir.path() / "b", port, "B", 1);
@@ -647,6 +655,8 @@ TEST(Distributed, AWorkerTakesNoModelAndAMalformedAddressIsAUsageError) {
   EXPECT_EQ(listen.exit_code, 2) << listen.output;
   EXPECT_NE(listen.output.find("the port is not a number from 0 to 65535"), std::string::npos) << listen.output;
 }
+
+DPACTOR_ON_BOTH_REPLICAS(DistributedFaults);
 
 }  // namespace
 }  // namespace dpactor

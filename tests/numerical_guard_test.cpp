@@ -24,9 +24,12 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// The engine's guards run on both replica kinds (tests/test_support.hpp).
+class NonFinite : public testing::both_replicas {};
+
 // 1024 samples at batch 64: 16 steps per epoch.
 job_config guarded_job(int replicas, const std::filesystem::path& checkpoints) {
-  job_config c = testing::small_job(replicas, 64, 1024);
+  job_config c = testing::small_job(testing::current_kind(), replicas, 64, 1024);
   c.train.epochs = 2;
   c.train.verify_replicas = true;  // a replica that applied the step would differ
   c.train.checkpoint_dir = checkpoints.string();
@@ -56,7 +59,7 @@ std::vector<float> parameters(const loaded_checkpoint& ckpt, const job_config& c
   return {ckpt.state.begin(), ckpt.state.begin() + static_cast<std::ptrdiff_t>(l.layout.size())};
 }
 
-TEST(NonFinite, ANaNGradientStopsTheRunAtItsStepWithTheStepBeforeCheckpointed) {
+TEST_P(NonFinite, ANaNGradientStopsTheRunAtItsStepWithTheStepBeforeCheckpointed) {
   testing::scratch_dir dir;
   job_config c = guarded_job(2, dir / "ckpt");
   c.faults.inject = {"nan:1@5"};
@@ -67,7 +70,7 @@ TEST(NonFinite, ANaNGradientStopsTheRunAtItsStepWithTheStepBeforeCheckpointed) {
   EXPECT_EQ(ckpt.record.step, 4) << "the state before the step nobody applied";
 }
 
-TEST(NonFinite, SkipDropsTheStepOnEveryReplicaAndTrainsOn) {
+TEST_P(NonFinite, SkipDropsTheStepOnEveryReplicaAndTrainsOn) {
   testing::scratch_dir dir;
   // Steps 1-4, then step 5 with a NaN, skipped: the parameters and optimizer
   // slots after 5 steps are bitwise those after 4.
@@ -87,7 +90,7 @@ TEST(NonFinite, SkipDropsTheStepOnEveryReplicaAndTrainsOn) {
   EXPECT_EQ(b.record.step, 5);
 }
 
-TEST(NonFinite, SkipTrainsTheRestOfTheRun) {
+TEST_P(NonFinite, SkipTrainsTheRestOfTheRun) {
   testing::scratch_dir dir;
   job_config c = guarded_job(2, dir / "ckpt");
   c.train.on_nonfinite = nonfinite_policy::skip;
@@ -99,7 +102,7 @@ TEST(NonFinite, SkipTrainsTheRestOfTheRun) {
   EXPECT_GT(s.test_accuracy, 0.5);
 }
 
-TEST(NonFinite, AHugeLearningRateStopsNamingTheStepAndTheNewestCheckpointIsFinite) {
+TEST_P(NonFinite, AHugeLearningRateStopsNamingTheStepAndTheNewestCheckpointIsFinite) {
   // Before: optimizer.lr = 1e6 trained on and wrote a checkpoint full of NaN.
   testing::scratch_dir dir;
   job_config c = guarded_job(2, dir / "ckpt");
@@ -111,7 +114,7 @@ TEST(NonFinite, AHugeLearningRateStopsNamingTheStepAndTheNewestCheckpointIsFinit
   EXPECT_FALSE(first_nonfinite(parameters(ckpt, c)).has_value());
 }
 
-TEST(NonFinite, ACheckpointWithANaNIsNeitherWrittenNorRead) {
+TEST(NonFiniteValues, ACheckpointWithANaNIsNeitherWrittenNorRead) {
   testing::scratch_dir dir;
   const job_config c = testing::small_job(1, 64);
   const state_layout l = make_state_layout(c.model, c.optimizer);
@@ -143,7 +146,7 @@ std::string idx_floats(const std::vector<std::uint32_t>& dims, const std::vector
   return out;
 }
 
-TEST(NonFinite, InputsWithANaNAreRefusedNamingTheSample) {
+TEST(NonFiniteValues, InputsWithANaNAreRefusedNamingTheSample) {
   // IDX float images: the reader takes any bit pattern; the load refuses it.
   testing::scratch_dir dir;
   const float nan = std::numeric_limits<float>::quiet_NaN();
@@ -191,7 +194,7 @@ TEST(NonFinite, InputsWithANaNAreRefusedNamingTheSample) {
   }
 }
 
-TEST(NonFinite, InitialWeightsWithANaNAreRefused) {
+TEST(NonFiniteValues, InitialWeightsWithANaNAreRefused) {
   testing::scratch_dir dir;
   const job_config c = testing::small_job(1, 64);
   const state_layout l = make_state_layout(c.model, c.optimizer);
@@ -212,6 +215,8 @@ TEST(NonFinite, InitialWeightsWithANaNAreRefused) {
     EXPECT_NE(std::string(e.what()).find("holds a non-finite value (nan) at index 3"), std::string::npos) << e.what();
   }
 }
+
+DPACTOR_ON_BOTH_REPLICAS(NonFinite);
 
 }  // namespace
 }  // namespace dpactor

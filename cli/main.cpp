@@ -177,7 +177,7 @@ int run(int argc, char** argv, cli::signal_watch& signals) {
     return fail(e.what(), 2);
   }
   if (opts.print_config) {
-    std::fputs(dump_job_config(config).c_str(), stdout);
+    std::fputs(dump_job_config(config, dumped_keys::read_by_the_job).c_str(), stdout);
     return 0;
   }
 

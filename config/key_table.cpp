@@ -498,10 +498,23 @@ const std::vector<key_spec>& keys() {
 
 namespace dpactor {
 
-std::string dump_job_config(const job_config& config) {
+namespace {
+
+// The model keys of the other model kind are not read (their defaults stay).
+bool read_by_the_job(const job_config& config, const config_schema::key_spec& k) {
+  if (k.section != "model") return true;
+  if (k.name == "layers" || k.name == "activation") return config.module.kind == model_kind::mlp;
+  if (k.name == "path" || k.name == "input_shape") return config.module.kind == model_kind::torchscript;
+  return true;
+}
+
+}  // namespace
+
+std::string dump_job_config(const job_config& config, dumped_keys which) {
   std::string out;
   std::string section;
   for (const auto& k : config_schema::keys()) {
+    if (which == dumped_keys::read_by_the_job && !read_by_the_job(config, k)) continue;
     if (k.section != section) {
       section = k.section;
       out += (out.empty() ? "[" : "\n[") + section + "]\n";

@@ -9,8 +9,14 @@
 
 namespace dpactor {
 
-// The effective config as TOML text, every key included.
-std::string dump_job_config(const job_config& config);
+// Which keys a dump of the config holds: every key (the text a coordinator
+// sends its workers, and the job's identity), or only those the job reads
+// (what --print-config shows: a TorchScript job reads no model.layers, an
+// MLP job no model.path).
+enum class dumped_keys { all, read_by_the_job };
+
+// The effective config as TOML text; it loads back as the same config.
+std::string dump_job_config(const job_config& config, dumped_keys which = dumped_keys::all);
 
 struct config_key_doc {
   std::string name;           // "train.epochs"

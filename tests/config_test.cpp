@@ -155,6 +155,27 @@ TEST(Config, DumpParsesBackToTheSameConfig) {
   EXPECT_DOUBLE_EQ(back.optimizer.lr, 0.0123);
 }
 
+// --print-config shows the keys the job reads: a TorchScript job no
+// model.layers or activation, an MLP job no model.path or input_shape. The
+// shown text loads back as the same job.
+TEST(Config, ThePrintedConfigLeavesOutTheOtherModelKindsKeys) {
+  const job_config torch = parse_job_config(
+      "[model]\nkind = \"torchscript\"\npath = \"/m/cnn.pt\"\ninput_shape = [1, 28, 28]\n", "job.cfg");
+  const std::string shown = dump_job_config(torch, dumped_keys::read_by_the_job);
+  EXPECT_EQ(shown.find("layers ="), std::string::npos) << shown;
+  EXPECT_EQ(shown.find("activation ="), std::string::npos) << shown;
+  EXPECT_NE(shown.find("path = \"/m/cnn.pt\"\ninput_shape = [1, 28, 28]\n"), std::string::npos) << shown;
+  EXPECT_EQ(dump_job_config(parse_job_config(shown, "shown")), dump_job_config(torch));
+  EXPECT_NE(dump_job_config(torch).find("layers ="), std::string::npos) << "the full dump keeps every key";
+
+  const job_config mlp = parse_job_config("[model]\nlayers = [16, 8, 4]\n", "job.cfg");
+  const std::string mlp_shown = dump_job_config(mlp, dumped_keys::read_by_the_job);
+  EXPECT_NE(mlp_shown.find("[model]\nlayers = [16, 8, 4]\nactivation = \"relu\"\n"), std::string::npos) << mlp_shown;
+  EXPECT_EQ(mlp_shown.find("path ="), std::string::npos) << mlp_shown;
+  EXPECT_EQ(mlp_shown.find("input_shape ="), std::string::npos) << mlp_shown;
+  EXPECT_EQ(dump_job_config(parse_job_config(mlp_shown, "shown")), dump_job_config(mlp));
+}
+
 TEST(Config, DocsListEveryKeyWithItsDefault) {
   std::ifstream in(std::string(DPACTOR_SOURCE_DIR) + "/docs/config.md");
   ASSERT_TRUE(in) << "docs/config.md is missing";

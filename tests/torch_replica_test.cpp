@@ -463,6 +463,7 @@ TEST(TorchModel, BadFilesAreRefusedNamingTheFile) {
   refused(models + "state_dict.pt", {16}, "is not a TorchScript module");
   refused(models + "newer.pt", {16}, "newer PyTorch (file format version 99)");
   refused(models + "float64.pt", {16}, "parameter 0.weight is Double");
+  refused(models + "float64_buffer.pt", {16}, "buffer scale is Double; dpactor keeps float32 buffers and int64 counters only");
   refused(models + "flat_output.pt", {16}, "one row of class scores per sample");
   refused(models + "mlp_16_32_4.pt", {15}, "model.input_shape = [15] is 15 values per sample, but the data has 16");
   refused(cnn_file, {16}, "forward of one sample shaped [1, 16]");

@@ -7,6 +7,7 @@ The tests use the committed files and never need Python.
                    torch twin of the tests' small MLP job (tests/test_support.cpp)
   float64.pt       the same with float64 parameters (refused)
   batchnorm.pt     with a BatchNorm1d, whose running statistics are buffers
+  float64_buffer.pt  a float64 buffer beside float32 parameters (refused)
   flat_output.pt   forward returns one value per sample, shaped [N] (refused)
   state_dict.pt    torch.save of a state_dict: a zip archive, not TorchScript
   newer.pt         mlp_16_32_4.pt with its format version raised to 99, as a
@@ -34,6 +35,16 @@ class Flat(nn.Module):
         return self.fc(x).squeeze(1)
 
 
+class Float64Buffer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 4)
+        self.register_buffer("scale", torch.ones(4, dtype=torch.float64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x) * self.scale.float()
+
+
 def save(module: nn.Module, name: str) -> str:
     path = os.path.join(here, name)
     torch.jit.script(module).save(path)
@@ -46,6 +57,7 @@ def main() -> None:
     save(mlp().double(), "float64.pt")
     save(nn.Sequential(nn.Linear(16, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 4)), "batchnorm.pt")
     save(Flat(), "flat_output.pt")
+    save(Float64Buffer(), "float64_buffer.pt")
     torch.save(mlp().state_dict(), os.path.join(here, "state_dict.pt"))
     with zipfile.ZipFile(base) as src, zipfile.ZipFile(os.path.join(here, "newer.pt"), "w") as dst:
         for item in src.infolist():

@@ -47,9 +47,9 @@ void progress_printer::on_epoch(const epoch_event& e) {
 
 void progress_printer::print_summary(const run_summary& s) {
   if (line_open_) std::fputs("\n", out_);
-  std::fprintf(out_, "test accuracy %.4f  test loss %.4f  %.0f samples/s  wall %.1f s  (%lld steps, %lld epochs)\n",
+  std::fprintf(out_, "test accuracy %.4f  test loss %.4f  %.0f samples/s  wall %.1f s  (%lld step%s, %lld epoch%s)\n",
                s.test_accuracy, s.test_loss, s.samples_per_s, s.wall_s, static_cast<long long>(s.steps),
-               static_cast<long long>(s.epochs));
+               s.steps == 1 ? "" : "s", static_cast<long long>(s.epochs), s.epochs == 1 ? "" : "s");
   if (!s.checkpoint.empty()) std::fprintf(out_, "checkpoint: %s\n", s.checkpoint.c_str());
   std::fflush(out_);
   line_open_ = false;

@@ -372,6 +372,42 @@ TEST(Distributed, AWorkerJoinsDuringTrainingIdenticalFromItsFirstStepEverySample
   EXPECT_LT(shares[shares.size() / 2], 0.4) << "median share of the slow joiner over its second half";
 }
 
+// A torch worker joins during training: it loads the module from the
+// coordinator's model.path with its file's initial weights, takes the
+// members' state in the broadcast, and is identical to them from its first
+// step; every sample of the epoch is trained once.
+TEST(Distributed, ATorchWorkerJoinsDuringTrainingIdenticalFromItsFirstStepEverySampleOnce) {
+  std::string why;
+  if (!testing::torch_available(why)) GTEST_SKIP() << why;
+  scratch_dir dir;
+  std::unique_ptr<cli_process> coordinator;
+  fs::create_directories(dir.path() / "coordinator");
+  const fs::path metrics = dir.path() / "m.jsonl";
+  const std::string port =
+      start_coordinator(coordinator, dir.path() / "coordinator",
+                        {"--cpus", "1", "--epochs", "1", "--set", "train.record_trained=true", "--metrics",
+                         metrics.string(), "--checkpoint-dir", (dir.path() / "ck").string()},
+                        "0", cnn_cfg);
+  ASSERT_FALSE(port.empty()) << coordinator->output_so_far();
+  ASSERT_TRUE(eventually([&] { return coordinator->output_so_far().find("generation 0: 1 members") != std::string::npos; }, 60s))
+      << coordinator->output_so_far();
+  auto late = start_worker(dir.path() / "late", port, "late", 1);
+  const auto w = late->wait(120s);
+  const auto c = coordinator->wait(120s);
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  EXPECT_EQ(w.exit_code, 0) << w.output;
+  EXPECT_TRUE(std::regex_search(c.output, std::regex("generation 1 from step [0-9]+: 2 members \\(cpu:0, late/cpu:0\\); "
+                                                     "late/cpu:0 joined")))
+      << c.output;
+  testing::trained_evidence evidence;
+  read_evidence(metrics, evidence);
+  EXPECT_EQ(evidence.check(60000, 1), "");
+  const auto first = evidence.first_step_of("late/cpu:0");
+  ASSERT_TRUE(first.has_value()) << "the joiner trained nothing: " << c.output;
+  EXPECT_EQ(evidence.members_of(*first).size(), 2U);
+  EXPECT_EQ(evidence.replicas_agree(), "");
+}
+
 TEST(Distributed, AFrozenWorkerWithRejoinTimeoutJoinsAgainWhenItWakesAndTheRunFinishes) {
   scratch_dir dir;
   const std::vector<std::string> fast = {"--set", "cluster.heartbeat_ms=100", "--set", "cluster.connection_timeout_ms=500"};

@@ -330,22 +330,28 @@ std::vector<double> shares_of(const fs::path& metrics, const std::string& device
   return out;
 }
 
-TEST(Distributed, AWorkerJoinsDuringTrainingIdenticalFromItsFirstStepEverySampleOnceItsShareByItsSpeed) {
-  scratch_dir dir;
+// A coordinator with one replica of `model` trains `epochs` epochs (and
+// `extra`, more of its arguments); a worker "late" joins once the first
+// generation has formed. What every join gives: both exit 0, generation 1
+// names the joiner, every sample of every epoch is trained once by the
+// devices' own records, and the joiner carries the members' state into its
+// first step (the broadcast) and every one after (identical updates), by its
+// own checksums. `output` is the coordinator's.
+void expect_a_clean_join(const fs::path& dir, const std::string& model, int epochs,
+                         const std::vector<std::string>& extra, std::string& output) {
   std::unique_ptr<cli_process> coordinator;
-  fs::create_directories(dir.path() / "coordinator");
-  const fs::path metrics = dir.path() / "m.jsonl";
-  // Device 1, the first to join, computes 3x slower than it could.
-  const std::string port = start_coordinator(
-      coordinator, dir.path() / "coordinator",
-      {"--cpus", "1", "--epochs", "3", "--set", "train.record_trained=true", "--set", "train.log_every=1",
-       "--metrics", metrics.string(), "--inject", "slow:1:3"});
+  fs::create_directories(dir / "coordinator");
+  std::vector<std::string> args = {"--cpus", "1", "--epochs", std::to_string(epochs), "--set",
+                                   "train.record_trained=true", "--metrics", (dir / "m.jsonl").string()};
+  args.insert(args.end(), extra.begin(), extra.end());
+  const std::string port = start_coordinator(coordinator, dir / "coordinator", args, "0", model);
   ASSERT_FALSE(port.empty()) << coordinator->output_so_far();
   ASSERT_TRUE(eventually([&] { return coordinator->output_so_far().find("generation 0: 1 members") != std::string::npos; }, 60s))
       << coordinator->output_so_far();
-  auto late = start_worker(dir.path() / "late", port, "late", 1);
+  auto late = start_worker(dir / "late", port, "late", 1);
   const auto w = late->wait(120s);
   const auto c = coordinator->wait(120s);
+  output = c.output;
   ASSERT_EQ(c.exit_code, 0) << c.output;
   EXPECT_EQ(w.exit_code, 0) << w.output;
   EXPECT_TRUE(std::regex_search(c.output, std::regex("generation 1 from step [0-9]+: 2 members \\(cpu:0, late/cpu:0\\); "
@@ -353,59 +359,38 @@ TEST(Distributed, AWorkerJoinsDuringTrainingIdenticalFromItsFirstStepEverySample
       << c.output;
 
   testing::trained_evidence evidence;
-  read_evidence(metrics, evidence);
-  // Every sample of every epoch once, the joiner's steps included.
-  EXPECT_EQ(evidence.check(60000, 3), "");
+  read_evidence(dir / "m.jsonl", evidence);
+  EXPECT_EQ(evidence.check(60000, epochs), "");
   const auto first = evidence.first_step_of("late/cpu:0");
   ASSERT_TRUE(first.has_value()) << "the joiner trained nothing: " << c.output;
-  // The joiner carried the others' state into its first step (the broadcast)
-  // and into every step after (identical updates), by its own checksums.
   EXPECT_EQ(evidence.members_of(*first).size(), 2U);
   EXPECT_EQ(evidence.members_of(*first + 1).size(), 2U);
   EXPECT_EQ(evidence.replicas_agree(), "");
+}
+
+TEST(Distributed, AWorkerJoinsDuringTrainingIdenticalFromItsFirstStepEverySampleOnceItsShareByItsSpeed) {
+  scratch_dir dir;
+  std::string output;
+  // Device 1, the first to join, computes 3x slower than it could.
+  expect_a_clean_join(dir.path(), mlp_cfg, 3, {"--set", "train.log_every=1", "--inject", "slow:1:3"}, output);
+  if (HasFatalFailure()) return;
   // Shard sizes follow throughput: the 3x slower joiner ends up with about a
   // quarter of each step, far from an even half.
-  auto shares = shares_of(metrics, "late/cpu:0", 1);
-  ASSERT_GT(shares.size(), 20U) << c.output;
+  auto shares = shares_of(dir.path() / "m.jsonl", "late/cpu:0", 1);
+  ASSERT_GT(shares.size(), 20U) << output;
   shares.erase(shares.begin(), shares.begin() + static_cast<std::ptrdiff_t>(shares.size() / 2));
   std::sort(shares.begin(), shares.end());
   EXPECT_LT(shares[shares.size() / 2], 0.4) << "median share of the slow joiner over its second half";
 }
 
-// A torch worker joins during training: it loads the module from the
-// coordinator's model.path with its file's initial weights, takes the
-// members' state in the broadcast, and is identical to them from its first
-// step; every sample of the epoch is trained once.
+// A torch worker loads the module from the coordinator's model.path, with
+// its file's initial weights, and takes the members' state in the broadcast.
 TEST(Distributed, ATorchWorkerJoinsDuringTrainingIdenticalFromItsFirstStepEverySampleOnce) {
   std::string why;
   if (!testing::torch_available(why)) GTEST_SKIP() << why;
   scratch_dir dir;
-  std::unique_ptr<cli_process> coordinator;
-  fs::create_directories(dir.path() / "coordinator");
-  const fs::path metrics = dir.path() / "m.jsonl";
-  const std::string port =
-      start_coordinator(coordinator, dir.path() / "coordinator",
-                        {"--cpus", "1", "--epochs", "1", "--set", "train.record_trained=true", "--metrics",
-                         metrics.string(), "--checkpoint-dir", (dir.path() / "ck").string()},
-                        "0", cnn_cfg);
-  ASSERT_FALSE(port.empty()) << coordinator->output_so_far();
-  ASSERT_TRUE(eventually([&] { return coordinator->output_so_far().find("generation 0: 1 members") != std::string::npos; }, 60s))
-      << coordinator->output_so_far();
-  auto late = start_worker(dir.path() / "late", port, "late", 1);
-  const auto w = late->wait(120s);
-  const auto c = coordinator->wait(120s);
-  ASSERT_EQ(c.exit_code, 0) << c.output;
-  EXPECT_EQ(w.exit_code, 0) << w.output;
-  EXPECT_TRUE(std::regex_search(c.output, std::regex("generation 1 from step [0-9]+: 2 members \\(cpu:0, late/cpu:0\\); "
-                                                     "late/cpu:0 joined")))
-      << c.output;
-  testing::trained_evidence evidence;
-  read_evidence(metrics, evidence);
-  EXPECT_EQ(evidence.check(60000, 1), "");
-  const auto first = evidence.first_step_of("late/cpu:0");
-  ASSERT_TRUE(first.has_value()) << "the joiner trained nothing: " << c.output;
-  EXPECT_EQ(evidence.members_of(*first).size(), 2U);
-  EXPECT_EQ(evidence.replicas_agree(), "");
+  std::string output;
+  expect_a_clean_join(dir.path(), cnn_cfg, 1, {}, output);
 }
 
 TEST(Distributed, AFrozenWorkerWithRejoinTimeoutJoinsAgainWhenItWakesAndTheRunFinishes) {

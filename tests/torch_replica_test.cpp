@@ -20,6 +20,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <map>
 #include <random>
 
 #include "actors/engine.hpp"
@@ -333,6 +334,79 @@ TEST(TorchEngine, AModuleDefinedInCppTrainsWithNoFileInBetween) {
   const auto two = train_twin(2, 0.05, dir / "two", twin_factory{});
   EXPECT_NE(one, twin_weights(0)) << "it trained";
   EXPECT_LE(testing::relative_difference(two, one), 1e-5);
+}
+
+// A job of 40 steps on the tests' small data with a module from `factory`
+// (none: the job's model.path); returns the checkpoint's tensors by name.
+std::map<std::string, std::vector<float>> train_with(torch_model_factory factory, int replicas,
+                                                     const std::filesystem::path& dir) {
+  job_config c = testing::small_job(testing::replica_kind::torch, replicas, 64, 1000);
+  c.train.epochs = 10;
+  c.train.max_steps = 40;
+  c.train.micro_batch = 16;
+  c.train.reproducible = true;
+  c.train.verify_replicas = true;
+  c.train.checkpoint_dir = dir.string();
+  run_options o;
+  o.torch_model = std::move(factory);
+  Engine engine(c, o);
+  engine.start();
+  const run_summary s = engine.wait();
+  EXPECT_EQ(s.steps, 40);
+  std::map<std::string, std::vector<float>> out;
+  for (auto& t : load_safetensors(std::filesystem::path(s.checkpoint) / "model.safetensors").tensors)
+    out[t.name] = std::move(t.values);
+  return out;
+}
+
+// A TorchScript module the program loaded itself trains as its file does,
+// and keeps its own weights: every replica trains a deep copy.
+TEST(TorchEngine, ALoadedTorchScriptModuleTrainsTheBytesOfItsFile) {
+  SKIP_WITHOUT_TORCH();
+  testing::scratch_dir dir;
+  const auto from_file = train_with(nullptr, 2, dir / "file");
+  torch::jit::Module loaded = torch::jit::load(models + "mlp_16_32_4.pt");
+  std::vector<float> before;
+  for (const auto& p : loaded.parameters()) {
+    const auto v = values(p);
+    before.insert(before.end(), v.begin(), v.end());
+  }
+  EXPECT_EQ(train_with(torch_script_module(loaded), 2, dir / "loaded"), from_file);
+  std::vector<float> after;
+  for (const auto& p : loaded.parameters()) {
+    const auto v = values(p);
+    after.insert(after.end(), v.begin(), v.end());
+  }
+  EXPECT_EQ(after, before) << "the caller's module was trained in place";
+  EXPECT_NE(from_file.at("0.weight"), std::vector<float>(before.begin(), before.begin() + 512)) << "it trained";
+}
+
+// The tests' network with a BatchNorm, defined in C++: its buffers train as
+// a TorchScript module's do (See Note [Module buffers]).
+struct NormedImpl : torch::nn::Module {
+  NormedImpl()
+      : fc1(register_module("0", torch::nn::Linear(16, 32))), norm(register_module("1", torch::nn::BatchNorm1d(32))),
+        fc2(register_module("3", torch::nn::Linear(32, 4))) {}
+  torch::Tensor forward(torch::Tensor x) { return fc2(torch::relu(norm(fc1(x)))); }
+  torch::nn::Linear fc1;
+  torch::nn::BatchNorm1d norm;
+  torch::nn::Linear fc2;
+};
+TORCH_MODULE(Normed);
+
+TEST(TorchEngine, ACppModuleWithBuffersKeepsItsReplicasIdenticalAndCheckpointsTheBuffers) {
+  SKIP_WITHOUT_TORCH();
+  testing::scratch_dir dir;
+  const auto make = [] {
+    torch::manual_seed(3);
+    return torch::nn::AnyModule(Normed());
+  };
+  const auto one = train_with(torch_module(make), 1, dir / "one");
+  const auto two = train_with(torch_module(make), 2, dir / "two");  // verify_replicas: identical at every step
+  ASSERT_TRUE(two.count("1.running_mean") && two.count("1.running_var") && two.count("1.num_batches_tracked"));
+  EXPECT_EQ(two.at("1.num_batches_tracked"), std::vector<float>{40.0f});
+  EXPECT_NE(two.at("1.running_mean"), std::vector<float>(32, 0.0f)) << "the statistics moved";
+  EXPECT_EQ(two, one) << "reproducible mode: the step's first slice's buffers, on any number of replicas";
 }
 
 TEST(TorchEngine, AModuleDefinedInCppNeedsItsInputShape) {

@@ -140,6 +140,17 @@ void bound_module::describe() {
   training_ = false;
 }
 
+module_parts script_parts(std::shared_ptr<torch::jit::Module> module, std::string name) {
+  module_parts parts;
+  parts.name = std::move(name);
+  for (const auto& p : module->named_parameters(/*recurse=*/true)) parts.parameters.emplace_back(p.name, p.value);
+  for (const auto& b : module->named_buffers(/*recurse=*/true)) parts.buffers.emplace_back(b.name, b.value);
+  parts.forward = [module](const at::Tensor& x) { return module->forward({x}).toTensor(); };
+  parts.set_training = [module](bool on) { module->train(on); };
+  parts.owner = module;
+  return parts;
+}
+
 batch_stats bound_module::train_step(const float* params, float* grads, const float* x, const std::int32_t* labels,
                        std::size_t n, bool overwrite, layer_done_callback on_layer_done) {
   use_threads();

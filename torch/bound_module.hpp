@@ -36,6 +36,9 @@ struct module_parts {
   std::shared_ptr<void> owner;  // keeps the module alive
 };
 
+// The parts of a TorchScript module; `name` for messages.
+module_parts script_parts(std::shared_ptr<torch::jit::Module> module, std::string name);
+
 class bound_module final : public torch_model {
  public:
   // Checks the module against `options` (parameters, one sample's forward)

@@ -22,8 +22,15 @@
 // first one made are every replica's start (a factory may draw them at
 // random). The module's forward takes [N, *model.input_shape] float32 and
 // returns [N, classes] scores; its named_parameters() are the checkpoint's
-// tensor names. Modules with buffers are refused for now.
+// tensor names, its named_buffers() (BatchNorm's statistics) follow DDP's
+// default (docs/torch.md). A factory must make a new module at each call.
+//
+// A TorchScript module the program has loaded itself (torch::jit::load of a
+// stream or of bytes it holds), with torch_script_module(module): every
+// replica trains a deep copy, starting from the module's weights, which stay
+// as they are.
 
+#include <torch/script.h>
 #include <torch/torch.h>
 
 #include <functional>
@@ -33,5 +40,6 @@
 namespace dpactor {
 
 torch_model_factory torch_module(std::function<torch::nn::AnyModule()> make);
+torch_model_factory torch_script_module(const torch::jit::Module& module);
 
 }  // namespace dpactor

@@ -44,15 +44,7 @@ std::shared_ptr<torch::jit::Module> load(const std::string& path) {
 }
 
 torch_model* open_torchscript(const torch_model_options& options) {
-  const auto module = load(options.path);
-  module_parts parts;
-  parts.name = options.path;
-  for (const auto& p : module->named_parameters(/*recurse=*/true)) parts.parameters.emplace_back(p.name, p.value);
-  for (const auto& b : module->named_buffers(/*recurse=*/true)) parts.buffers.emplace_back(b.name, b.value);
-  parts.forward = [module](const at::Tensor& x) { return module->forward({x}).toTensor(); };
-  parts.set_training = [module](bool on) { module->train(on); };
-  parts.owner = module;
-  return new bound_module(std::move(parts), options);
+  return new bound_module(script_parts(load(options.path), options.path), options);
 }
 
 }  // namespace

@@ -203,22 +203,28 @@ TEST(TorchModel, NReplicasAtGlobalBatchBGiveOneReplicasGradients) {
   }
 }
 
-// Through the engine, not reproducible: shards of any size, summed in rank
-// order. train.verify_replicas compares every member's state checksum at
-// every step and fails the run on any difference.
-std::vector<float> train(int replicas, bool reproducible, const std::filesystem::path& dir, std::int64_t batch = 64) {
-  job_config c = testing::small_job(testing::replica_kind::torch, replicas, batch, 1000);
+// The engine runs of these tests: `steps` steps of job `c` (over its 1000
+// samples), checkpointed in `dir`. train.verify_replicas compares every
+// member's state checksum at every step and fails the run on any difference.
+run_summary run_steps(job_config c, const std::filesystem::path& dir, std::int64_t steps = 40, run_options options = {}) {
   c.train.epochs = 10;
-  c.train.max_steps = 40;
-  c.train.micro_batch = 16;
+  c.train.max_steps = steps;
   c.train.verify_replicas = true;
-  c.train.reproducible = reproducible;
   c.train.checkpoint_dir = dir.string();
-  Engine engine(c);
+  Engine engine(std::move(c), std::move(options));
   engine.start();
   const run_summary s = engine.wait();
-  EXPECT_EQ(s.steps, 40);
-  return testing::checkpoint_parameters(s.checkpoint);
+  EXPECT_EQ(s.steps, steps);
+  return s;
+}
+
+// Through the engine, not reproducible: shards of any size, summed in rank
+// order.
+std::vector<float> train(int replicas, bool reproducible, const std::filesystem::path& dir, std::int64_t batch = 64) {
+  job_config c = testing::small_job(testing::replica_kind::torch, replicas, batch, 1000);
+  c.train.micro_batch = 16;
+  c.train.reproducible = reproducible;
+  return testing::checkpoint_parameters(run_steps(c, dir).checkpoint);
 }
 
 TEST(TorchEngine, ReplicasStayBitwiseIdenticalAndTwoFollowOne) {
@@ -307,19 +313,12 @@ std::vector<float> twin_weights(std::uint64_t seed) {
 std::vector<float> train_twin(int replicas, double lr, const std::filesystem::path& dir, const twin_factory& twins) {
   job_config c = testing::small_job(replicas, 64, 1000);
   c.module.input_shape = {16};
-  c.train.epochs = 10;
-  c.train.max_steps = 40;
-  c.train.verify_replicas = true;  // bitwise identical at every step, though each module drew its own weights
   c.train.reproducible = false;
-  c.train.checkpoint_dir = dir.string();
   c.optimizer.lr = lr;
   run_options o;
   o.torch_model = twins.factory();
-  Engine engine(c, o);
-  engine.start();
-  const run_summary s = engine.wait();
-  EXPECT_EQ(s.steps, 40);
-  return testing::checkpoint_parameters(s.checkpoint);
+  // Bitwise identical at every step, though each module drew its own weights.
+  return testing::checkpoint_parameters(run_steps(c, dir, 40, o).checkpoint);
 }
 
 TEST(TorchEngine, AModuleDefinedInCppTrainsWithNoFileInBetween) {
@@ -341,18 +340,11 @@ TEST(TorchEngine, AModuleDefinedInCppTrainsWithNoFileInBetween) {
 std::map<std::string, std::vector<float>> train_with(torch_model_factory factory, int replicas,
                                                      const std::filesystem::path& dir) {
   job_config c = testing::small_job(testing::replica_kind::torch, replicas, 64, 1000);
-  c.train.epochs = 10;
-  c.train.max_steps = 40;
   c.train.micro_batch = 16;
   c.train.reproducible = true;
-  c.train.verify_replicas = true;
-  c.train.checkpoint_dir = dir.string();
   run_options o;
   o.torch_model = std::move(factory);
-  Engine engine(c, o);
-  engine.start();
-  const run_summary s = engine.wait();
-  EXPECT_EQ(s.steps, 40);
+  const run_summary s = run_steps(c, dir, 40, o);
   std::map<std::string, std::vector<float>> out;
   for (auto& t : load_safetensors(std::filesystem::path(s.checkpoint) / "model.safetensors").tensors)
     out[t.name] = std::move(t.values);
@@ -471,16 +463,10 @@ std::vector<float> train_batchnorm(int replicas, bool reproducible, const std::f
                                    std::int64_t steps = 40, run_options options = {}) {
   job_config c = testing::small_job(testing::replica_kind::torch, replicas, 64, 1000);
   c.module.path = models + "batchnorm.pt";
-  c.train.epochs = 10;
-  c.train.max_steps = steps;
   c.train.micro_batch = reproducible ? 16 : 32;
-  c.train.verify_replicas = true;  // the buffers are in the state: bitwise identical at every step
   c.train.reproducible = reproducible;
-  c.train.checkpoint_dir = dir.string();
-  Engine engine(c, std::move(options));
-  engine.start();
-  const run_summary s = engine.wait();
-  EXPECT_EQ(s.steps, steps);
+  // The buffers are in the state: verify_replicas finds them bitwise identical at every step.
+  const run_summary s = run_steps(c, dir, steps, std::move(options));
   const auto file = load_safetensors(std::filesystem::path(s.checkpoint) / "model.safetensors");
   bool found = false;
   for (const auto& t : file.tensors)

@@ -2,32 +2,17 @@
 
 #include <gloo/common/error.h>
 #include <gloo/context.h>
-#include <gloo/transport/tcp/context.h>
-#include <gloo/transport/tcp/device.h>
-#include <gloo/transport/tcp/pair.h>
 #include <gloo/transport/unbound_buffer.h>
 
 #include <algorithm>
-#include <atomic>
-#include <condition_variable>
-#include <csignal>
 #include <cstdint>
-#include <cstring>
-#include <map>
-#include <mutex>
 #include <optional>
-#include <thread>
 #include <vector>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define DPACTOR_CPU_RELAX() _mm_pause()
-#else
-#define DPACTOR_CPU_RELAX() std::this_thread::yield()
-#endif
-
+#include "comms/gloo_connect.hpp"
+#include "comms/gloo_header.hpp"
+#include "comms/gloo_process.hpp"
 #include "comms/rank_order.hpp"
-#include "comms/shm_segment.hpp"
 #include "comms/summation_tree.hpp"
 
 namespace dpactor {
@@ -35,223 +20,23 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 using gloo_buffer = gloo::transport::UnboundBuffer;
+using gloo_header::op;
 
 // One tag per kind of message: a pair matches a slot's sends and receives in
-// the order they were posted, and every rank posts in the same order.
-enum slot : std::uint64_t { header_slot = 0x6470, scatter_slot, gather_slot, broadcast_slot, tree_slot, probe_slot };
-// See Note [Gloo waits look up every health_slice]: how late a rank notices an
-// abort or a broken connection that Gloo did not report.
-constexpr std::chrono::milliseconds health_slice{5};
+// the order they were posted, and every rank posts in the same order. (The
+// connection's probes use 0x6475, comms/gloo_connect.cpp.)
+enum slot : std::uint64_t { header_slot = 0x6470, scatter_slot, gather_slot, broadcast_slot, tree_slot };
 
-// A header: magic, operation, size, root, extra count, then the extras
-// (all_gather's buffer sizes, reduce_scatter_tree's nodes).
-constexpr std::uint64_t header_magic = 0x64706163746f7231;  // "dpactor1"
-constexpr std::size_t header_fixed = 5;
-// The most extras a call may carry: a rank's tree parts or gather buffers.
-constexpr std::size_t max_header_extras = 4096;
-constexpr std::size_t header_capacity = header_fixed + max_header_extras;  // words
-// After late_at, how long the wait for each remaining peer's header may take
-// before that peer counts as missing (its header is in flight or it is late).
-constexpr std::chrono::milliseconds late_probe{2};
-// How long a rank waiting on shared memory checks its doorbell before it
-// sleeps on it: a peer's next message usually lands within microseconds when
-// both are in the same phase, and a sleep costs a wake-up (tens of us).
-constexpr std::chrono::microseconds shm_spin{20};
-
-enum class op : std::uint64_t { all_reduce = 1, reduce_scatter, all_gather, broadcast, barrier, reduce_scatter_tree };
-
-const char* op_name(std::uint64_t o) {
-  switch (static_cast<op>(o)) {
-    case op::all_reduce: return "all_reduce";
-    case op::reduce_scatter: return "reduce_scatter";
-    case op::all_gather: return "all_gather";
-    case op::broadcast: return "broadcast";
-    case op::barrier: return "barrier";
-    case op::reduce_scatter_tree: return "reduce_scatter_tree";
-  }
-  return "unknown operation";
-}
-
-// tcp::Context::signalException is what Gloo runs on its own timeouts: it fails
-// every pending operation on every pair and closes the sockets, and it is
-// thread-safe, but protected. A pointer to it can be formed in a derived class.
-struct tcp_access : gloo::transport::tcp::Context {
-  static constexpr auto signal = &tcp_access::signalException;
-};
-
-// One tcp device (its event loop thread) per process and address, for every
-// generation. Kept to the end of the process: destroying a device at exit,
-// after its users, gains nothing.
-std::shared_ptr<gloo::transport::Device> tcp_device(const std::string& address) {
-  static std::mutex mutex;
-  static auto& devices = *new std::map<std::string, std::shared_ptr<gloo::transport::Device>>();
-  std::lock_guard lock(mutex);
-  auto& device = devices[address];
-  if (!device) {
-    gloo::transport::tcp::attr attr;
-    attr.hostname = address;
-    device = gloo::transport::tcp::CreateDevice(attr);
-  }
-  return device;
-}
-
-// A rank's Gloo context, connected by connect_rank() below instead of
-// connectFullMesh, so that an abort reaches the connections while they are
-// being made.
-class rank_context final : public gloo::Context {
- public:
-  rank_context(int rank, int size) : gloo::Context(rank, size) {}
-  void attach(std::shared_ptr<gloo::transport::Device> device, std::shared_ptr<gloo::transport::Context> transport) {
-    device_ = std::move(device);
-    transportContext_ = std::move(transport);
-  }
-};
-
-struct group_state {
-  group_state(std::shared_ptr<rendezvous_store> s, int n, gloo_group_options o)
-      : store(std::move(s)), size(n), options(std::move(o)) {}
-  const std::shared_ptr<rendezvous_store> store;
-  const int size;
-  const gloo_group_options options;
-  std::atomic<bool> aborted{false};
-  std::mutex mutex;  // guards why, transports and segments
-  std::string why;
-  std::vector<gloo::transport::tcp::Context*> transports;  // the local ranks', for abort
-  std::vector<shm_segment*> segments;  // every segment a local rank mapped, for abort
-
-  // Marks the group and fails everything pending on every local rank's
-  // connections; peers see their calls fail (See Note [Same-machine ranks
-  // share memory] for those waiting on shared memory). Idempotent.
-  void abort(const std::string& reason) {
-    std::lock_guard lock(mutex);
-    if (!aborted.exchange(true)) why = reason;
-    for (auto* t : transports) (t->*tcp_access::signal)(why);
-    for (auto* s : segments) s->abort();
-  }
-  // Registers a segment for abort(); aborts it at once if the group is.
-  void enlist(shm_segment* s) {
-    std::lock_guard lock(mutex);
-    segments.push_back(s);
-    if (aborted) s->abort();
-  }
-  void discharge(shm_segment* s) {
-    std::lock_guard lock(mutex);
-    std::erase(segments, s);
-  }
-  std::string reason() {
-    std::lock_guard lock(mutex);
-    return why;
-  }
-  // Registers a rank's connections for abort(); false if the group is
-  // already aborted (then nothing was registered).
-  bool enlist(gloo::transport::tcp::Context* t) {
-    std::lock_guard lock(mutex);
-    if (aborted) return false;
-    transports.push_back(t);
-    return true;
-  }
-  void discharge(gloo::transport::tcp::Context* t) {
-    std::lock_guard lock(mutex);
-    std::erase(transports, t);
-  }
-};
-
-// Interrupts a wait on a Gloo buffer at a given time (UnboundBuffer's own
-// wait timeout would break the connections instead). One thread, started on
-// first use, woken by arm() only when the new time is earlier than the one it
-// sleeps until: a wait that completes before its alarm costs two lock
-// acquisitions, not a thread switch.
-class wait_alarm {
- public:
-  enum class kind { recv, send };
-  ~wait_alarm() {
-    if (!thread_.joinable()) return;
-    {
-      std::lock_guard lock(mutex_);
-      stop_ = true;
-    }
-    changed_.notify_all();
-    thread_.join();
-  }
-  void arm(clock_type::time_point at, gloo_buffer* buffer, kind k) {
-    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
-    bool wake = false;
-    {
-      std::lock_guard lock(mutex_);
-      at_ = at;
-      buffer_ = buffer;
-      kind_ = k;
-      fired_ = false;
-      wake = at < sleeping_until_;
-    }
-    if (wake) changed_.notify_all();
-  }
-  // Whether the alarm went off since arm().
-  bool fired() {
-    std::lock_guard lock(mutex_);
-    return fired_;
-  }
-  // On return the alarm no longer touches the buffer.
-  void disarm() {
-    std::lock_guard lock(mutex_);
-    buffer_ = nullptr;
-  }
-
- private:
-  void run() {
-    std::unique_lock lock(mutex_);
-    while (!stop_) {
-      if (buffer_ == nullptr) {
-        sleeping_until_ = clock_type::time_point::max();
-        changed_.wait(lock);
-        continue;
-      }
-      if (clock_type::now() < at_) {
-        sleeping_until_ = at_;
-        changed_.wait_until(lock, at_);
-        continue;
-      }
-      fired_ = true;
-      if (kind_ == kind::recv) buffer_->abortWaitRecv();
-      else buffer_->abortWaitSend();
-      buffer_ = nullptr;
-    }
-  }
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  clock_type::time_point at_{};
-  clock_type::time_point sleeping_until_ = clock_type::time_point::max();
-  gloo_buffer* buffer_ = nullptr;
-  kind kind_ = kind::recv;
-  bool fired_ = false;
-  bool stop_ = false;
-  std::thread thread_;
-};
-
-std::chrono::milliseconds until(clock_type::time_point deadline) {
-  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - clock_type::now());
-  return std::max(left, std::chrono::milliseconds(1));
-}
-
+// One rank of a gloo group: the operations, each a header exchange then its
+// payload, over the rank's connections (comms/gloo_connect.hpp).
 class gloo_endpoint final : public collective {
  public:
-  gloo_endpoint(std::shared_ptr<group_state> group, int rank) : group_(std::move(group)), rank_(rank) {}
-  ~gloo_endpoint() override {
-    header_in_.clear();
-    ops_.clear();
-    header_out_.clear();
-    probe_.reset();
-    if (transport_ != nullptr) group_->discharge(transport_);
-    if (inbox_) group_->discharge(inbox_.get());
-    for (const auto& p : peers_)
-      if (p) group_->discharge(p.get());
-  }
+  gloo_endpoint(std::shared_ptr<gloo_group_state> group, int rank)
+      : group_(std::move(group)), rank_(rank), connection_(group_, rank) {}
 
   int rank() const noexcept override { return rank_; }
   int size() const noexcept override { return group_->size; }
-  int shared_memory_peers() const noexcept {
-    return static_cast<int>(std::count_if(peers_.begin(), peers_.end(), [](const auto& p) { return p != nullptr; }));
-  }
+  int shared_memory_peers() const noexcept { return connection_.shared_memory_peers(); }
   // Momentum and the like would double what crosses the network.
   bool gathers_gradients() const noexcept override { return true; }
   std::pair<std::size_t, std::size_t> chunk(std::size_t size, int rank) const noexcept override {
@@ -313,35 +98,38 @@ class gloo_endpoint final : public collective {
   template <class Payload>
   void call(op o, std::uint64_t size, std::uint64_t root, std::span<const std::uint64_t> extras,
             const collective_options& options, Payload payload) {
-    if (group_->aborted) fail(collective_errc::aborted, std::string(op_name(static_cast<std::uint64_t>(o))) + ": aborted");
+    if (group_->aborted) fail(collective_errc::aborted, std::string(gloo_header::op_name(o)) + ": aborted");
     const auto deadline = clock_type::now() + options.timeout;
-    if (extras.size() > max_header_extras)
-      fail(collective_errc::mismatch, std::string(op_name(static_cast<std::uint64_t>(o))) + ": " +
-                                          std::to_string(extras.size()) + " buffers or parts, more than " +
-                                          std::to_string(max_header_extras));
+    if (extras.size() > gloo_header::max_extras)
+      fail(collective_errc::mismatch, std::string(gloo_header::op_name(o)) + ": " + std::to_string(extras.size()) +
+                                          " buffers or parts, more than " + std::to_string(gloo_header::max_extras));
     // A group of one exchanges nothing; its tree sum is still evaluated.
     if (group_->size == 1) {
       if (o == op::reduce_scatter_tree) payload(deadline);
       return;
     }
     try {
-      if (transport_ == nullptr) connect();
+      if (!connection_.started()) connect();
       exchange_headers(o, size, root, extras, options, deadline);
       payload(deadline);
     } catch (const collective_error&) {
-      ops_.clear();  // no Gloo handle on the caller's memory outlives the call
-      transfers_.clear();
+      forget_posted();
       throw;
     } catch (const std::exception& e) {  // gloo::Exception, or the store's
-      ops_.clear();
-      transfers_.clear();
+      forget_posted();
       lost(o, deadline, e.what());
     }
   }
 
+  // No Gloo handle on the caller's memory outlives the call.
+  void forget_posted() {
+    ops_.clear();
+    if (auto* shm = connection_.shared_memory()) shm->clear();
+  }
+
   // A Gloo or store failure during a call: the group ends here.
   [[noreturn]] void lost(op o, clock_type::time_point deadline, const std::string& what) {
-    const std::string name = op_name(static_cast<std::uint64_t>(o));
+    const std::string name = gloo_header::op_name(o);
     if (group_->aborted) {
       const std::string why = group_->reason();
       fail(collective_errc::aborted, name + " aborted" + (why.empty() ? "" : ": " + why));
@@ -352,207 +140,43 @@ class gloo_endpoint final : public collective {
 
   // Aborts the group (every local rank, and through the sockets every peer)
   // and throws.
-  [[noreturn]] void fail(collective_errc code, const std::string& what) {
-    const std::string message = "gloo collective, rank " + std::to_string(rank_) + ": " + what;
-    group_->abort(message);
-    throw collective_error(code, message);
-  }
+  [[noreturn]] void fail(collective_errc code, const std::string& what) { group_->fail(rank_, code, what); }
 
-  // Connects this rank to every other through the store: publishes one
-  // address per peer, reads each peer's address for this rank, connects.
+  // Connects to every peer, then posts nothing yet: the headers' buffers,
+  // one per peer (See Note [Gloo waits look up every health_slice]).
   void connect() {
-    const auto& opts = group_->options;
     const int n = group_->size;
-    const auto deadline = clock_type::now() + opts.rendezvous_timeout;
-    auto context = std::make_unique<rank_context>(rank_, n);
-    context->setTimeout(opts.rendezvous_timeout);
-    auto device = tcp_device(opts.address);
-    auto transport = device->createContext(rank_, n);
-    transport->setTimeout(opts.rendezvous_timeout);
-    std::vector<char> addresses;
-    for (int peer = 0; peer < n; ++peer) {
-      if (peer == rank_) continue;
-      const auto bytes = transport->createPair(peer)->address().bytes();
-      addresses.insert(addresses.end(), bytes.begin(), bytes.end());
-    }
-    auto* tcp = dynamic_cast<gloo::transport::tcp::Context*>(transport.get());
-    if (tcp == nullptr || !group_->enlist(tcp))
-      fail(collective_errc::aborted, "aborted before it connected");
-    // Enlisted: it must live until the destructor discharges it.
-    transport_owner_ = transport;
-    transport_ = tcp;
-    group_->store->set(key(rank_), addresses);
-    for (int peer = 0; peer < n; ++peer) {
-      if (peer == rank_) continue;
-      const std::vector<char> theirs = store_get(key(peer), deadline);
-      const std::size_t each = theirs.size() / static_cast<std::size_t>(n - 1);
-      const std::size_t mine = static_cast<std::size_t>(rank_ > peer ? rank_ - 1 : rank_);
-      if (each == 0 || theirs.size() % static_cast<std::size_t>(n - 1) != 0)
-        fail(collective_errc::mismatch, "rank " + std::to_string(peer) + " published " + std::to_string(theirs.size()) +
-                                            " address bytes, not a multiple of " + std::to_string(n - 1) +
-                                            " (a group of another size under the same prefix?)");
-      transport->getPair(peer)->connect(std::vector<char>(theirs.begin() + static_cast<std::ptrdiff_t>(mine * each),
-                                                          theirs.begin() + static_cast<std::ptrdiff_t>((mine + 1) * each)));
-    }
-    context->attach(std::move(device), std::move(transport));
-    context_ = std::move(context);
-    share_memory(opts.shared_memory, deadline);
-    probe_ = context_->createUnboundBuffer(&probe_byte_, 1);
-    header_out_storage_.resize(header_capacity);
+    connection_.connect(clock_type::now() + group_->options.rendezvous_timeout);
+    header_out_storage_.resize(gloo_header::capacity);
     header_out_.resize(static_cast<std::size_t>(n));
-    header_in_storage_.assign(static_cast<std::size_t>(n) * header_capacity, 0);
+    header_in_storage_.assign(static_cast<std::size_t>(n) * gloo_header::capacity, 0);
     header_in_.resize(static_cast<std::size_t>(n));
     for (int peer = 0; peer < n; ++peer)
       if (peer != rank_) {
         header_out_[static_cast<std::size_t>(peer)] =
-            context_->createUnboundBuffer(header_out_storage_.data(), header_capacity * sizeof(std::uint64_t));
-        header_in_[static_cast<std::size_t>(peer)] = context_->createUnboundBuffer(
-            header_in_storage_.data() + static_cast<std::size_t>(peer) * header_capacity,
-            header_capacity * sizeof(std::uint64_t));
+            connection_.buffer(header_out_storage_.data(), gloo_header::capacity * sizeof(std::uint64_t));
+        header_in_[static_cast<std::size_t>(peer)] = connection_.buffer(
+            header_in_storage_.data() + static_cast<std::size_t>(peer) * gloo_header::capacity,
+            gloo_header::capacity * sizeof(std::uint64_t));
       }
   }
 
-  std::string key(int rank) const { return group_->options.prefix + "/gloo/" + std::to_string(rank); }
-
-  // See Note [Same-machine ranks share memory]: every rank publishes its
-  // inbox (nonce, then name; nothing when it has none or is `enabled` not),
-  // opens each peer's, publishes which it opened, and a pair whose both ends
-  // opened the other's uses them. Names are unlinked once every peer has
-  // tried.
-  void share_memory(bool enabled, clock_type::time_point deadline) {
-    const int n = group_->size;
-    if (enabled) {
-      static std::once_flag swept;
-      std::call_once(swept, sweep_stale_segments);
-      try {
-        inbox_ = shm_segment::create(n);
-      } catch (const std::system_error&) {
-        inbox_.reset();  // no shared memory here: TCP for every pair
-      }
-    }
-    std::vector<char> mine;
-    if (inbox_) {
-      const std::uint64_t nonce = inbox_->nonce();
-      mine.resize(sizeof nonce);
-      std::memcpy(mine.data(), &nonce, sizeof nonce);
-      mine.insert(mine.end(), inbox_->name().begin(), inbox_->name().end());
-    }
-    group_->store->set(shm_key("shm", rank_), mine);
-    std::vector<char> opened(static_cast<std::size_t>(n), 0);
-    peers_.resize(static_cast<std::size_t>(n));
-    for (int peer = 0; peer < n; ++peer) {
-      if (peer == rank_) continue;
-      const std::vector<char> theirs = store_get(shm_key("shm", peer), deadline);
-      if (!inbox_ || theirs.size() <= sizeof(std::uint64_t)) continue;
-      std::uint64_t nonce = 0;
-      std::memcpy(&nonce, theirs.data(), sizeof nonce);
-      auto& segment = peers_[static_cast<std::size_t>(peer)];
-      segment = shm_segment::open(std::string(theirs.begin() + sizeof nonce, theirs.end()), nonce, n);
-      opened[static_cast<std::size_t>(peer)] = segment != nullptr;
-    }
-    group_->store->set(shm_key("shm_opened", rank_), opened);
-    for (int peer = 0; peer < n; ++peer) {
-      if (peer == rank_) continue;
-      const std::vector<char> theirs = store_get(shm_key("shm_opened", peer), deadline);
-      if (theirs.size() != static_cast<std::size_t>(n) || theirs[static_cast<std::size_t>(rank_)] == 0)
-        peers_[static_cast<std::size_t>(peer)].reset();
-    }
-    if (inbox_) inbox_->unlink();
-    if (shared_memory_peers() == 0) {
-      inbox_.reset();
-      return;
-    }
-    group_->enlist(inbox_.get());
-    for (const auto& p : peers_)
-      if (p) group_->enlist(p.get());
+  bool shares_memory(int peer) {
+    const auto* shm = connection_.shared_memory();
+    return shm != nullptr && shm->shares_memory(peer);
   }
-  std::string shm_key(const char* what, int rank) const {
-    return group_->options.prefix + "/" + what + "/" + std::to_string(rank);
-  }
-  bool shares_memory(int peer) const {
-    return !peers_.empty() && peers_[static_cast<std::size_t>(peer)] != nullptr;
-  }
-  // A transfer with `peer` over shared memory, pending until drive() ends it.
-  std::size_t post_transfer(std::byte* data, std::size_t bytes, int peer, bool send, bool exact = true) {
-    shm_segment& theirs = *peers_[static_cast<std::size_t>(peer)];
-    shm_transfer t;
-    t.ring = send ? &theirs.ring_from(rank_) : &inbox_->ring_from(peer);
-    t.other = &theirs.doorbell();
-    t.data = data;
-    t.bytes = bytes;
-    t.send = send;
-    t.exact = exact;
-    t.peer = peer;
-    transfers_.push_back(t);
-    return transfers_.size() - 1;
+  bool transfers_pending() {
+    const auto* shm = connection_.shared_memory();
+    return shm != nullptr && !shm->empty();
   }
 
-  // Advances every pending shared-memory transfer, each ring's in the order
-  // they were posted, until transfers_[target] has completed (every one,
-  // with target = all_transfers): true; false when `wake` comes first.
-  // Health checks as wait_for()'s (See Note [Gloo waits look up every
-  // health_slice]).
-  static constexpr std::size_t all_transfers = ~std::size_t{0};
+  // Drives the shared-memory transfers (See shm_exchange::drive); a peer's
+  // message of another length is a mismatch.
   bool drive(std::size_t target, clock_type::time_point wake, clock_type::time_point deadline) {
-    shm_doorbell& bell = inbox_->doorbell();
-    auto check_at = clock_type::now() + health_slice;
-    const auto finished = [&] {
-      if (target != all_transfers) return transfers_[target].complete();
-      return std::all_of(transfers_.begin(), transfers_.end(), [](const shm_transfer& t) { return t.complete(); });
-    };
-    for (;;) {
-      const std::uint32_t seen = bell.seq.load(std::memory_order_seq_cst);
-      const bool moved = advance_transfers();
-      if (finished()) return true;
-      if (inbox_->aborted()) throw std::runtime_error("aborted by a rank on this machine");
-      auto now = clock_type::now();
-      if (now >= deadline) throw std::runtime_error("timed out");
-      if (now >= wake) return false;
-      if (now >= check_at) {
-        if (group_->aborted) throw std::runtime_error("aborted");
-        try {
-          for (const shm_transfer& t : transfers_)
-            if (!t.complete()) probe(t.peer);
-        } catch (const std::exception&) {
-          // A peer that wrote its last message and left: it is in the ring.
-          advance_transfers();
-          if (finished()) return true;
-          throw;
-        }
-        check_at = now + health_slice;
-      }
-      if (moved) continue;
-      const auto spin_until = now + shm_spin;
-      while (bell.seq.load(std::memory_order_relaxed) == seen && clock_type::now() < spin_until) DPACTOR_CPU_RELAX();
-      if (bell.seq.load(std::memory_order_seq_cst) == seen) bell.wait(seen, std::min({wake, deadline, check_at}));
-    }
-  }
-  // One pass over the pending transfers; whether any bytes moved. A ring's
-  // later transfer waits for its earlier ones.
-  bool advance_transfers() {
-    bool moved = false;
-    busy_rings_.clear();
-    for (shm_transfer& t : transfers_) {
-      if (t.complete()) continue;
-      if (std::find(busy_rings_.begin(), busy_rings_.end(), t.ring) != busy_rings_.end()) continue;
-      try {
-        moved |= t.advance();
-      } catch (const std::length_error& e) {
-        fail(collective_errc::mismatch, e.what());
-      }
-      if (!t.complete()) busy_rings_.push_back(t.ring);
-    }
-    return moved;
-  }
-
-  // A store get in slices, so that an abort is seen within store_poll_slice.
-  std::vector<char> store_get(const std::string& k, clock_type::time_point deadline) {
-    for (;;) {
-      if (group_->aborted) fail(collective_errc::aborted, "aborted during rendezvous: " + group_->reason());
-      const auto now = clock_type::now();
-      if (now >= deadline)
-        fail(collective_errc::timeout, "rendezvous timed out waiting for " + k + " in the store");
-      if (auto value = group_->store->get(k, std::min(deadline, now + store_poll_slice))) return std::move(*value);
+    try {
+      return connection_.shared_memory()->drive(target, wake, deadline, connection_.health());
+    } catch (const std::length_error& e) {
+      fail(collective_errc::mismatch, e.what());
     }
   }
 
@@ -562,75 +186,50 @@ class gloo_endpoint final : public collective {
                         const collective_options& options, clock_type::time_point deadline) {
     const int n = group_->size;
     auto& out = header_out_storage_;
-    out[0] = header_magic;
-    out[1] = static_cast<std::uint64_t>(o);
-    out[2] = size;
-    out[3] = root;
-    out[4] = extras.size();
-    std::copy(extras.begin(), extras.end(), out.begin() + header_fixed);
-    const std::size_t bytes = (header_fixed + extras.size()) * sizeof(std::uint64_t);
-    transfers_.clear();
-    header_transfer_.assign(static_cast<std::size_t>(n), all_transfers);
+    const std::size_t bytes = gloo_header::write(out, o, size, root, extras);
+    const std::size_t posted_bytes = gloo_header::capacity * sizeof(std::uint64_t);
+    if (auto* shm = connection_.shared_memory()) shm->clear();
+    header_transfer_.assign(static_cast<std::size_t>(n), shm_exchange::all);
     for (int peer = 0; peer < n; ++peer) {
       if (peer == rank_) continue;
+      std::uint64_t* in = header_in_storage_.data() + static_cast<std::size_t>(peer) * gloo_header::capacity;
       if (shares_memory(peer)) {
         header_transfer_[static_cast<std::size_t>(peer)] =
-            post_transfer(reinterpret_cast<std::byte*>(header_in_storage_.data() + static_cast<std::size_t>(peer) * header_capacity),
-                          header_capacity * sizeof(std::uint64_t), peer, false, false);
+            connection_.shared_memory()->post(reinterpret_cast<std::byte*>(in), posted_bytes, peer, false, false);
         continue;
       }
-      header_in_[static_cast<std::size_t>(peer)]->recv(peer, header_slot, 0, header_capacity * sizeof(std::uint64_t));
+      header_in_[static_cast<std::size_t>(peer)]->recv(peer, header_slot, 0, posted_bytes);
     }
     for (int peer = 0; peer < n; ++peer) {
       if (peer == rank_) continue;
-      if (shares_memory(peer)) post_transfer(reinterpret_cast<std::byte*>(out.data()), bytes, peer, true);
+      if (shares_memory(peer)) connection_.shared_memory()->post(reinterpret_cast<std::byte*>(out.data()), bytes, peer, true);
       else header_out_[static_cast<std::size_t>(peer)]->send(peer, header_slot, 0, bytes);
     }
     wait_headers(options, deadline);
-    if (!transfers_.empty()) drive(all_transfers, clock_type::time_point::max(), deadline);
-    transfers_.clear();
+    if (transfers_pending()) drive(shm_exchange::all, clock_type::time_point::max(), deadline);
+    if (auto* shm = connection_.shared_memory()) shm->clear();
     for (int peer = 0; peer < n; ++peer)
       if (peer != rank_ && !shares_memory(peer))
-        wait_for(*header_out_[static_cast<std::size_t>(peer)], wait_alarm::kind::send, peer, deadline);
-    const bool per_rank_extras = o == op::reduce_scatter_tree;
+        connection_.wait(*header_out_[static_cast<std::size_t>(peer)], wait_alarm::kind::send, peer, deadline);
     for (int peer = 0; peer < n; ++peer) {
       if (peer == rank_) continue;
-      const std::uint64_t* theirs = header_in_storage_.data() + static_cast<std::size_t>(peer) * header_capacity;
-      const std::size_t compared = per_rank_extras ? header_fixed - 1 : header_fixed + extras.size();
-      const bool same = theirs[0] == header_magic && theirs[4] <= max_header_extras &&
-                        (per_rank_extras || theirs[4] == extras.size()) &&
-                        std::equal(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(compared), theirs);
-      if (!same)
-        fail(collective_errc::mismatch, std::string(op_name(static_cast<std::uint64_t>(o))) + ": rank " +
-                                            std::to_string(peer) + " called " + describe(theirs) + ", rank " +
-                                            std::to_string(rank_) + " called " + describe(out.data()));
+      const std::string difference = gloo_header::mismatch(
+          out.data(), header_in_storage_.data() + static_cast<std::size_t>(peer) * gloo_header::capacity, peer, rank_);
+      if (!difference.empty()) fail(collective_errc::mismatch, difference);
     }
-  }
-
-  static std::string describe(const std::uint64_t* h) {
-    if (h[0] != header_magic) return "something that is not a dpactor collective";
-    std::string s = std::string(op_name(h[1])) + " with " + std::to_string(h[2]) + " floats (root " + std::to_string(h[3]) + ")";
-    if (h[1] == static_cast<std::uint64_t>(op::all_gather)) {
-      s += ", buffer sizes";
-      for (std::uint64_t i = 0; i < std::min<std::uint64_t>(h[4], max_header_extras); ++i) {
-        s += ' ';
-        s += std::to_string(h[header_fixed + i]);
-      }
-    }
-    return s;
   }
 
   // Waits for every peer's header. At options.late_at, tells the observer
   // which peers' headers have not arrived (each remaining peer gets
-  // late_probe to show that its header is there).
+  // gloo_late_probe to show that its header is there).
   void wait_headers(const collective_options& options, clock_type::time_point deadline) {
     const int n = group_->size;
     bool tell = options.observer != nullptr && options.late_at != clock_type::time_point{};
     // Whether peer's header arrived by `until` (the deadline when none).
     auto header = [&](int peer, std::optional<clock_type::time_point> until) {
       const std::size_t t = header_transfer_[static_cast<std::size_t>(peer)];
-      if (t != all_transfers) return drive(t, until.value_or(clock_type::time_point::max()), deadline);
-      return wait_for(*header_in_[static_cast<std::size_t>(peer)], wait_alarm::kind::recv, peer, deadline, until);
+      if (t != shm_exchange::all) return drive(t, until.value_or(clock_type::time_point::max()), deadline);
+      return connection_.wait(*header_in_[static_cast<std::size_t>(peer)], wait_alarm::kind::recv, peer, deadline, until);
     };
     for (int peer = 0; peer < n; ++peer) {
       if (peer == rank_) continue;
@@ -642,73 +241,11 @@ class gloo_endpoint final : public collective {
       // Late: this peer is missing; probe the rest.
       std::vector<int> missing{peer};
       for (int q = peer + 1; q < n; ++q)
-        if (q != rank_ && !header(q, clock_type::now() + late_probe)) missing.push_back(q);
+        if (q != rank_ && !header(q, clock_type::now() + gloo_late_probe)) missing.push_back(q);
       options.observer->on_late(missing);
       for (const int q : missing) header(q, std::nullopt);
       return;
     }
-  }
-
-  // Note [Gloo waits look up every health_slice]
-  // Gloo does not fail a receive whose message was partly read when the
-  // peer's connection broke (Pair::signalException fails the pending
-  // operations, not the one being read), and an abort, which is also a
-  // signalException, misses it the same way. So no wait trusts Gloo to end
-  // it: every health_slice the alarm interrupts it, and the rank checks for
-  // an abort of its group and probes the connection to the peer it waits
-  // for. Only that one: a peer that has finished its part of the call may
-  // close its connections, normally, while this rank still waits for
-  // another. Hence one Gloo buffer per peer and operation, so that every
-  // wait knows its peer.
-  //
-  // Waits for one receive or send of `buffer`, all with `peer`: true when it
-  // completed, false when `late_at` came first (then it is still pending).
-  // Throws on an abort, a failure of the connection, or at the deadline.
-  bool wait_for(gloo_buffer& buffer, wait_alarm::kind k, int peer, clock_type::time_point deadline,
-                std::optional<clock_type::time_point> late_at = std::nullopt) {
-    for (;;) {
-      auto wake = clock_type::now() + health_slice;
-      if (late_at) wake = std::min(wake, *late_at);
-      if (interrupted_wait(buffer, k, wake, deadline)) return true;
-      if (group_->aborted) throw std::runtime_error("aborted");
-      try {
-        probe(peer);
-      } catch (const std::exception&) {
-        // The connection closed. The message may still have arrived just
-        // before (a peer that sent its last message and left): it has if
-        // the completion is counted, which a short wait shows.
-        if (interrupted_wait(buffer, k, clock_type::now() + late_probe, deadline)) return true;
-        throw;
-      }
-      if (late_at && clock_type::now() >= *late_at) return false;
-    }
-  }
-
-  // One wait on `buffer`, interrupted at `wake`: whether it completed.
-  bool interrupted_wait(gloo_buffer& buffer, wait_alarm::kind k, clock_type::time_point wake,
-                        clock_type::time_point deadline) {
-    for (;;) {
-      alarm_.arm(wake, &buffer, k);
-      bool done = false;
-      try {
-        done = k == wait_alarm::kind::recv ? buffer.waitRecv(nullptr, until(deadline))
-                                           : buffer.waitSend(nullptr, until(deadline));
-      } catch (...) {
-        alarm_.disarm();
-        throw;
-      }
-      const bool fired = alarm_.fired();
-      alarm_.disarm();
-      if (done) return true;
-      // Not fired: a stale interruption meant for an earlier wait; wait again.
-      if (fired) return false;
-    }
-  }
-
-  // Throws gloo::IoException when the connection to `peer` has failed.
-  void probe(int peer) {
-    auto* pair = dynamic_cast<gloo::transport::tcp::Pair*>(context_->getPair(peer).get());
-    if (pair != nullptr) pair->tryRecv(probe_.get(), probe_slot, 0, 0);
   }
 
   // Operations posted on Gloo buffers, each with one peer; their handles are
@@ -722,26 +259,26 @@ class gloo_endpoint final : public collective {
   void post_recv(std::vector<posted>& ops, float* data, std::size_t floats, int peer, slot s) {
     if (floats == 0) return;
     if (shares_memory(peer)) {
-      post_transfer(reinterpret_cast<std::byte*>(data), floats * sizeof(float), peer, false);
+      connection_.shared_memory()->post(reinterpret_cast<std::byte*>(data), floats * sizeof(float), peer, false);
       return;
     }
-    ops.push_back({context_->createUnboundBuffer(data, floats * sizeof(float)), peer, wait_alarm::kind::recv});
+    ops.push_back({connection_.buffer(data, floats * sizeof(float)), peer, wait_alarm::kind::recv});
     ops.back().handle->recv(peer, s, 0, floats * sizeof(float));
   }
   void post_send(std::vector<posted>& ops, float* data, std::size_t floats, int peer, slot s) {
     if (floats == 0) return;
     if (shares_memory(peer)) {
-      post_transfer(reinterpret_cast<std::byte*>(data), floats * sizeof(float), peer, true);
+      connection_.shared_memory()->post(reinterpret_cast<std::byte*>(data), floats * sizeof(float), peer, true);
       return;
     }
-    ops.push_back({context_->createUnboundBuffer(data, floats * sizeof(float)), peer, wait_alarm::kind::send});
+    ops.push_back({connection_.buffer(data, floats * sizeof(float)), peer, wait_alarm::kind::send});
     ops.back().handle->send(peer, s, 0, floats * sizeof(float));
   }
   // Shared-memory transfers first: Gloo's go on in its event loop meanwhile.
   void finish(std::vector<posted>& ops, clock_type::time_point deadline) {
-    if (!transfers_.empty()) drive(all_transfers, clock_type::time_point::max(), deadline);
-    transfers_.clear();
-    for (posted& p : ops) wait_for(*p.handle, p.kind, p.peer, deadline);
+    if (transfers_pending()) drive(shm_exchange::all, clock_type::time_point::max(), deadline);
+    if (auto* shm = connection_.shared_memory()) shm->clear();
+    for (posted& p : ops) connection_.wait(*p.handle, p.kind, p.peer, deadline);
     ops.clear();
   }
 
@@ -815,7 +352,7 @@ class gloo_endpoint final : public collective {
     // peer's parts one after another.
     std::size_t foreign = 0;
     for (int k = 0; k < n; ++k)
-      if (k != rank_) foreign += static_cast<std::size_t>(header_in_storage_[static_cast<std::size_t>(k) * header_capacity + 4]);
+      if (k != rank_) foreign += static_cast<std::size_t>(gloo_header::extra_count(header_in_storage_.data() + static_cast<std::size_t>(k) * gloo_header::capacity));
     staging_.resize(foreign * len);
     std::size_t next = 0;
     for (int k = 0; k < n; ++k) {
@@ -826,10 +363,10 @@ class gloo_endpoint final : public collective {
         }
         continue;
       }
-      const std::uint64_t* h = header_in_storage_.data() + static_cast<std::size_t>(k) * header_capacity;
+      const std::uint64_t* h = header_in_storage_.data() + static_cast<std::size_t>(k) * gloo_header::capacity;
       const std::size_t first = next;
-      for (std::uint64_t i = 0; i < h[4]; ++i) {
-        nodes_.push_back(static_cast<std::uint32_t>(h[header_fixed + i]));
+      for (std::uint64_t i = 0; i < gloo_header::extra_count(h); ++i) {
+        nodes_.push_back(static_cast<std::uint32_t>(gloo_header::extra(h, i)));
         part_data_.push_back(staging_.data() + next * len);
         ++next;
       }
@@ -857,30 +394,20 @@ class gloo_endpoint final : public collective {
     plan_.run(part_data_.data(), begin, end, out);
   }
 
-  std::shared_ptr<group_state> group_;
+  std::shared_ptr<gloo_group_state> group_;
   const int rank_;
-  // This rank's connections, enlisted for abort() from the start of connect().
-  std::shared_ptr<gloo::transport::Context> transport_owner_;
-  gloo::transport::tcp::Context* transport_ = nullptr;
-  std::unique_ptr<rank_context> context_;
+  // Declared first, destroyed last: every Gloo buffer below is gone before
+  // the context it was made on.
+  gloo_connection connection_;
   std::vector<std::uint64_t> header_out_storage_;
-  std::vector<std::uint64_t> header_in_storage_;  // peer p's header at p * header_capacity
+  std::vector<std::uint64_t> header_in_storage_;  // peer p's header at p * gloo_header::capacity
   std::vector<std::unique_ptr<gloo_buffer>> header_out_;  // per peer, over header_out_storage_
-  char probe_byte_ = 0;
-  std::unique_ptr<gloo_buffer> probe_;  // probe()'s, never receives
   std::vector<std::unique_ptr<gloo_buffer>> header_in_;
-  wait_alarm alarm_;
   std::vector<std::uint64_t> extras_;
   std::vector<float> staging_;
   std::vector<const float*> parts_;
   std::vector<posted> ops_;  // the call's payload operations
-  // See Note [Same-machine ranks share memory]: this rank's inbox and, per
-  // peer, the peer's (null: that pair is on TCP); the call's transfers.
-  std::unique_ptr<shm_segment> inbox_;
-  std::vector<std::unique_ptr<shm_segment>> peers_;
-  std::vector<shm_transfer> transfers_;
-  std::vector<std::size_t> header_transfer_;  // per peer, its header's index in transfers_
-  std::vector<const shm_ring*> busy_rings_;
+  std::vector<std::size_t> header_transfer_;  // per peer, its header's shared-memory transfer (or all)
   tree_plan plan_;
   std::vector<std::uint32_t> nodes_;
   std::vector<const float*> part_data_;
@@ -889,14 +416,14 @@ class gloo_endpoint final : public collective {
 class gloo_group final : public collective_group {
  public:
   gloo_group(std::shared_ptr<rendezvous_store> store, int size, gloo_group_options options)
-      : state_(std::make_shared<group_state>(std::move(store), size, std::move(options))) {}
+      : state_(std::make_shared<gloo_group_state>(std::move(store), size, std::move(options))) {}
   int size() const noexcept override { return state_->size; }
   std::unique_ptr<collective> endpoint(int rank) override { return std::make_unique<gloo_endpoint>(state_, rank); }
   void abort() override { state_->abort("the group was aborted"); }
   bool aborted() const noexcept override { return state_->aborted; }
 
  private:
-  std::shared_ptr<group_state> state_;
+  std::shared_ptr<gloo_group_state> state_;
 };
 
 }  // namespace
@@ -910,9 +437,7 @@ std::shared_ptr<collective_group> make_gloo_group(std::shared_ptr<rendezvous_sto
                                                   gloo_group_options options) {
   if (size < 1) throw std::invalid_argument("gloo group: size " + std::to_string(size) + " is not positive");
   if (!store) throw std::invalid_argument("gloo group: no rendezvous store");
-  // See the header: Gloo writes without MSG_NOSIGNAL.
-  static std::once_flag sigpipe;
-  std::call_once(sigpipe, [] { std::signal(SIGPIPE, SIG_IGN); });
+  prepare_process_for_gloo();
   return std::make_shared<gloo_group>(std::move(store), size, std::move(options));
 }
 

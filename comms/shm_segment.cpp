@@ -17,6 +17,14 @@
 #include <random>
 #include <stdexcept>
 #include <system_error>
+#include <thread>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define DPACTOR_CPU_RELAX() _mm_pause()
+#else
+#define DPACTOR_CPU_RELAX() std::this_thread::yield()
+#endif
 
 namespace dpactor {
 namespace {
@@ -28,6 +36,10 @@ static_assert(std::atomic<std::uint64_t>::is_always_lock_free && std::atomic<std
 // process sweep a dead one's segment.
 constexpr const char* name_prefix = "dpactor-shm-";
 constexpr std::uint64_t segment_magic = 0x64706163746f7273;  // "dpactors"
+// How long a rank waiting on shared memory checks its doorbell before it
+// sleeps on it: a peer's next message usually lands within microseconds when
+// both are in the same phase, and a sleep costs a wake-up (tens of us).
+constexpr std::chrono::microseconds shm_spin{20};
 
 long futex(std::atomic<std::uint32_t>* word, int op, std::uint32_t value, const timespec* timeout) {
   // Not FUTEX_PRIVATE_FLAG: the word is shared between processes.
@@ -231,6 +243,82 @@ void sweep_stale_segments() noexcept {
     const long pid = std::strtol(file.c_str() + std::strlen(name_prefix), nullptr, 10);
     if (pid > 0 && kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) shm_unlink(("/" + file).c_str());
   }
+}
+
+shm_exchange::shm_exchange(int rank, std::unique_ptr<shm_segment> inbox, std::vector<std::unique_ptr<shm_segment>> peers)
+    : rank_(rank), inbox_(std::move(inbox)), peers_(std::move(peers)) {}
+
+bool shm_exchange::shares_memory(int peer) const noexcept {
+  return peer >= 0 && static_cast<std::size_t>(peer) < peers_.size() && peers_[static_cast<std::size_t>(peer)] != nullptr;
+}
+
+int shm_exchange::peer_count() const noexcept {
+  return static_cast<int>(std::count_if(peers_.begin(), peers_.end(), [](const auto& p) { return p != nullptr; }));
+}
+
+std::size_t shm_exchange::post(std::byte* data, std::size_t bytes, int peer, bool send, bool exact) {
+  shm_segment& theirs = *peers_[static_cast<std::size_t>(peer)];
+  shm_transfer t;
+  t.ring = send ? &theirs.ring_from(rank_) : &inbox_->ring_from(peer);
+  t.other = &theirs.doorbell();
+  t.data = data;
+  t.bytes = bytes;
+  t.send = send;
+  t.exact = exact;
+  t.peer = peer;
+  transfers_.push_back(t);
+  return transfers_.size() - 1;
+}
+
+bool shm_exchange::finished(std::size_t target) const {
+  if (target != all) return transfers_[target].complete();
+  return std::all_of(transfers_.begin(), transfers_.end(), [](const shm_transfer& t) { return t.complete(); });
+}
+
+bool shm_exchange::drive(std::size_t target, clock::time_point wake, clock::time_point deadline,
+                         const shm_health& health) {
+  shm_doorbell& bell = inbox_->doorbell();
+  auto check_at = clock::now() + health.slice;
+  for (;;) {
+    const std::uint32_t seen = bell.seq.load(std::memory_order_seq_cst);
+    const bool moved = advance();
+    if (finished(target)) return true;
+    if (inbox_->aborted()) throw std::runtime_error("aborted by a rank on this machine");
+    auto now = clock::now();
+    if (now >= deadline) throw std::runtime_error("timed out");
+    if (now >= wake) return false;
+    if (now >= check_at) {
+      if (health.group_aborted != nullptr && *health.group_aborted) throw std::runtime_error("aborted");
+      try {
+        for (const shm_transfer& t : transfers_)
+          if (!t.complete()) health.probe(t.peer);
+      } catch (const std::exception&) {
+        // A peer that wrote its last message and left: it is in the ring.
+        advance();
+        if (finished(target)) return true;
+        throw;
+      }
+      check_at = now + health.slice;
+    }
+    if (moved) continue;
+    const auto spin_until = now + shm_spin;
+    while (bell.seq.load(std::memory_order_relaxed) == seen && clock::now() < spin_until) DPACTOR_CPU_RELAX();
+    if (bell.seq.load(std::memory_order_seq_cst) == seen) bell.wait(seen, std::min({wake, deadline, check_at}));
+  }
+}
+
+// One pass over the pending transfers; whether any bytes moved. A ring's
+// later transfer waits for its earlier ones.
+bool shm_exchange::advance() {
+  bool moved = false;
+  busy_rings_.clear();
+  for (shm_transfer& t : transfers_) {
+    if (t.complete()) continue;
+    if (std::find(busy_rings_.begin(), busy_rings_.end(), t.ring) != busy_rings_.end()) continue;
+    moved |= t.advance();
+    if (!t.complete()) busy_rings_.push_back(t.ring);
+  }
+  return moved;
 }
 
 }  // namespace dpactor

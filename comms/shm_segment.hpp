@@ -36,10 +36,12 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace dpactor {
 
@@ -123,5 +125,61 @@ class shm_segment {
 // Removes /dev/shm segments of this scheme left by processes that no longer
 // exist (killed during a rendezvous).
 void sweep_stale_segments() noexcept;
+
+// What a waiting exchange checks every `slice`, since shared memory cannot
+// tell that a peer died: the group's abort flag, and the connection to each
+// peer it still waits for (`probe` throws when that connection failed). See
+// Note [Gloo waits look up every health_slice], comms/gloo_connect.cpp.
+struct shm_health {
+  const std::atomic<bool>* group_aborted = nullptr;
+  std::function<void(int peer)> probe;
+  std::chrono::milliseconds slice{5};
+};
+
+// One rank's transfers of a call with the peers that share its machine:
+// its inbox, and per peer the peer's inbox (null: that pair is not on shared
+// memory). Transfers are posted in the order both sides post them and
+// driven until done; a ring's later transfer waits for its earlier ones.
+// Used by the rank's thread only.
+class shm_exchange {
+ public:
+  using clock = std::chrono::steady_clock;
+  static constexpr std::size_t all = ~std::size_t{0};
+
+  shm_exchange(int rank, std::unique_ptr<shm_segment> inbox, std::vector<std::unique_ptr<shm_segment>> peers);
+
+  bool shares_memory(int peer) const noexcept;
+  // How many peers share memory with this rank.
+  int peer_count() const noexcept;
+  shm_segment& inbox() noexcept { return *inbox_; }
+  // The peers' segments (null where a pair is on TCP).
+  const std::vector<std::unique_ptr<shm_segment>>& peers() const noexcept { return peers_; }
+
+  // A transfer of `bytes` at `data` with `peer`, pending until drive() ends
+  // it; its index. A receive that is not `exact` takes a message of up to
+  // `bytes`.
+  std::size_t post(std::byte* data, std::size_t bytes, int peer, bool send, bool exact = true);
+  bool empty() const noexcept { return transfers_.empty(); }
+  // Forgets every transfer (the call is over, or failed).
+  void clear() noexcept { transfers_.clear(); }
+
+  // Advances every pending transfer until transfers[target] has completed
+  // (every one, with target = all): true; false when `wake` comes first.
+  // Throws std::runtime_error on an abort (this group's, or a rank's on this
+  // machine), at the deadline, or what `health.probe` throws for a peer it
+  // still waits for; std::length_error when a peer sent a message of another
+  // length (it called something else).
+  bool drive(std::size_t target, clock::time_point wake, clock::time_point deadline, const shm_health& health);
+
+ private:
+  bool advance();
+  bool finished(std::size_t target) const;
+
+  int rank_;
+  std::unique_ptr<shm_segment> inbox_;
+  std::vector<std::unique_ptr<shm_segment>> peers_;
+  std::vector<shm_transfer> transfers_;
+  std::vector<const shm_ring*> busy_rings_;
+};
 
 }  // namespace dpactor

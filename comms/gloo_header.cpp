@@ -1,0 +1,55 @@
+#include "comms/gloo_header.hpp"
+
+#include <algorithm>
+
+namespace dpactor::gloo_header {
+
+const char* op_name(std::uint64_t o) {
+  switch (static_cast<op>(o)) {
+    case op::all_reduce: return "all_reduce";
+    case op::reduce_scatter: return "reduce_scatter";
+    case op::all_gather: return "all_gather";
+    case op::broadcast: return "broadcast";
+    case op::barrier: return "barrier";
+    case op::reduce_scatter_tree: return "reduce_scatter_tree";
+  }
+  return "unknown operation";
+}
+
+std::size_t write(std::span<std::uint64_t> out, op o, std::uint64_t size, std::uint64_t root,
+                  std::span<const std::uint64_t> extras) {
+  out[0] = magic;
+  out[1] = static_cast<std::uint64_t>(o);
+  out[2] = size;
+  out[3] = root;
+  out[4] = extras.size();
+  std::copy(extras.begin(), extras.end(), out.begin() + fixed_words);
+  return (fixed_words + extras.size()) * sizeof(std::uint64_t);
+}
+
+std::string mismatch(const std::uint64_t* mine, const std::uint64_t* theirs, int peer, int rank) {
+  const bool per_rank_extras = mine[1] == static_cast<std::uint64_t>(op::reduce_scatter_tree);
+  // The tree's root count sits in `root`; its extras are each rank's own.
+  const std::size_t compared = per_rank_extras ? fixed_words - 1 : fixed_words + extra_count(mine);
+  const bool same = theirs[0] == magic && extra_count(theirs) <= max_extras &&
+                    (per_rank_extras || extra_count(theirs) == extra_count(mine)) &&
+                    std::equal(mine, mine + compared, theirs);
+  if (same) return "";
+  return std::string(op_name(mine[1])) + ": rank " + std::to_string(peer) + " called " + describe(theirs) +
+         ", rank " + std::to_string(rank) + " called " + describe(mine);
+}
+
+std::string describe(const std::uint64_t* h) {
+  if (h[0] != magic) return "something that is not a dpactor collective";
+  std::string s = std::string(op_name(h[1])) + " with " + std::to_string(h[2]) + " floats (root " + std::to_string(h[3]) + ")";
+  if (h[1] == static_cast<std::uint64_t>(op::all_gather)) {
+    s += ", buffer sizes";
+    for (std::uint64_t i = 0; i < std::min<std::uint64_t>(extra_count(h), max_extras); ++i) {
+      s += ' ';
+      s += std::to_string(extra(h, i));
+    }
+  }
+  return s;
+}
+
+}  // namespace dpactor::gloo_header

@@ -3,15 +3,29 @@
 #include <algorithm>
 #include <thread>
 
+#include "actors/protocol.hpp"
 #include "comms/local.hpp"
 #include "tensors/cpu_replica.hpp"
 #include "tensors/error.hpp"
 #if DPACTOR_HAS_CUDA
 #include "comms/nccl.hpp"
 #include "cuda/cuda_replica.hpp"
+#include "cuda/resources.hpp"
+#endif
+#if DPACTOR_HAS_GLOO
+#include "comms/gloo.hpp"
 #endif
 
 namespace dpactor {
+
+int usable_gpus(std::string& note) {
+#if DPACTOR_HAS_CUDA
+  return visible_cuda_devices(&note);
+#else
+  note = "this build of dpactor has no CUDA support";
+  return 0;
+#endif
+}
 
 torch_model_options torch_options(const job_config& config, const replica_shape& shape) {
   torch_model_options o;
@@ -61,6 +75,57 @@ std::shared_ptr<collective_group> make_group([[maybe_unused]] const job_config& 
   local_group_options options;
   options.oversubscribed = ids.size() > std::max(1u, std::thread::hardware_concurrency());
   return make_local_group(static_cast<int>(ids.size()), options);
+}
+
+group_maker in_process_groups(const job_config& config,
+                              std::function<std::shared_ptr<collective_group>(int members)> custom) {
+  if (custom)
+    return [custom = std::move(custom)](const std::vector<int>& ids, std::int64_t generation) {
+      return group_ticket{"custom", generation, "", custom(static_cast<int>(ids.size()))};
+    };
+  return [config](const std::vector<int>& ids, std::int64_t generation) {
+    return group_ticket{"local", generation, "", make_group(config, ids)};
+  };
+}
+
+group_maker cluster_groups(std::vector<int> gpus, cluster_link link) {
+  return [gpus = std::move(gpus), link = std::move(link)](const std::vector<int>& ids, std::int64_t generation) {
+    group_ticket ticket{gpus.empty() ? "gloo" : "nccl", generation, "g" + std::to_string(generation), nullptr};
+    // Two generations back are over everywhere: their keys can go.
+    if (generation >= 2) link.store->erase_prefix("g" + std::to_string(generation - 2) + "/");
+    // Only the coordinator's own ranks ask: their ids index its cluster.gpus.
+    ticket.local = group_from_ticket(ticket, link, static_cast<int>(ids.size()), [&gpus, ids](int rank) {
+      return gpus.at(static_cast<std::size_t>(ids.at(static_cast<std::size_t>(rank))));
+    });
+    return ticket;
+  };
+}
+
+std::shared_ptr<collective_group> group_from_ticket(const group_ticket& ticket, const cluster_link& link, int size,
+                                                    [[maybe_unused]] const std::function<int(int rank)>& gpu_of) {
+  if (ticket.backend == "nccl") {
+#if DPACTOR_HAS_CUDA
+    nccl_group_options o;
+    o.prefix = ticket.rendezvous_id;
+    return make_nccl_group(link.store, size, gpu_of, o);
+#else
+    throw config_error("cluster.gpus is set but this build of dpactor has no CUDA support");
+#endif
+  }
+  if (ticket.backend == "gloo") {
+#if DPACTOR_HAS_GLOO
+    gloo_group_options o;
+    o.prefix = ticket.rendezvous_id;
+    o.address = link.address;
+    o.shared_memory = link.shared_memory;
+    return make_gloo_group(link.store, size, o);
+#else
+    throw config_error("this build of dpactor has no Gloo backend, which ranks in several processes need "
+                       "(apt-get install libgloo-dev, then build again)");
+#endif
+  }
+  throw std::logic_error("a generation's ticket names the backend '" + ticket.backend +
+                         "', which does not reach across processes");
 }
 
 std::string device_name(const job_config& config, int id) {

@@ -1,7 +1,8 @@
 #pragma once
 // The coordinator's published actor (dpactor --coordinator): the one address
 // workers know. It hands a joining worker the job's config, admits its
-// devices, and serves the rendezvous store of the Gloo groups.
+// devices, and serves the rendezvous store of the Gloo groups. What a
+// coordinating engine does around it is actors/coordinator_role.hpp.
 //
 // Note [Coordinator and workers]
 // One process coordinates: it runs the reducer, the loader with the ledger,
@@ -45,71 +46,8 @@ struct coordinator_setup {
 
 caf::behavior coordinator_behavior(caf::event_based_actor* self, coordinator_setup setup);
 
-}  // namespace dpactor
-
-#include <atomic>
-#include <mutex>
-
-#include "actors/engine.hpp"
-#include "actors/reducer.hpp"
-#include "config/job_config.hpp"
-
-namespace dpactor {
-
-// The workers' node actors, for abort_msg and run_over_msg: those joined
-// before the start, then those joined during training. Closed when the run
-// is over; a join after that is refused. Thread-safe.
-class worker_nodes {
- public:
-  // False once closed.
-  bool add(const caf::actor& node);
-  std::vector<caf::actor> list() const;
-  // Closes the list and returns it.
-  std::vector<caf::actor> close();
-
- private:
-  mutable std::mutex mutex_;
-  std::vector<caf::actor> nodes_;
-  bool closed_ = false;
-};
-
-// What a coordinating engine adds to its run.
-struct coordinator_start {
-  caf::actor actor;                         // published
-  std::shared_ptr<rendezvous_store> store;  // the Gloo groups'
-  std::vector<member_handle> members;       // the workers' devices, ids from first_id
-  std::shared_ptr<worker_nodes> nodes;
-  // Hands the run's reducer to the coordinator actor: joins during training
-  // go to it (node_joined_msg); those taken before are sent now.
-  std::function<void(const reducer_actor&)> attach_reducer;
-};
-
-// Publishes the coordinator, tells options.on_listening, and waits until
-// local_devices plus the joined ones reach options.wait_devices. Throws
-// config_error when it cannot listen there, and training_error when `stop`
-// is set while it waits.
-// A worker whose config (job_identity) or data (`fingerprint`, this node's)
-// differs is refused with a message naming the first difference.
-coordinator_start start_coordinator(caf::actor_system& system, const coordinator_options& options,
-                                    const job_config& config, const std::string& fingerprint, int local_devices,
-                                    int first_id, const std::atomic<bool>& stop);
-
 // Why a worker's devices cannot join the job: "" when they are of the job's
 // kind (GPUs for a GPU job, else CPU replicas).
 std::string kind_difference(bool gpu_job, const join_msg& msg);
-
-// The ticket of a generation of GPU ranks in several processes: an NCCL
-// group under the prefix "g<generation>", its unique id through the store
-// (See Note [NCCL's unique id through the store]); its in-process part serves
-// the coordinator's own devices, rank r on gpus[ids[r]].
-group_ticket nccl_ticket(const std::shared_ptr<rendezvous_store>& store, const std::vector<int>& gpus,
-                         const std::vector<int>& ids, std::int64_t generation);
-
-// The ticket of a generation whose ranks are in several processes: a Gloo
-// group under the prefix "g<generation>" of the coordinator's store; its
-// in-process part serves the coordinator's own devices.
-group_ticket gloo_ticket(const std::shared_ptr<rendezvous_store>& store, const std::string& address,
-                         bool shared_memory, int size,
-                         std::int64_t generation);
 
 }  // namespace dpactor

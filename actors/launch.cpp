@@ -1,6 +1,7 @@
 #include "actors/launch.hpp"
 
 #include <algorithm>
+#include <future>
 #include <thread>
 
 #include <spdlog/spdlog.h>
@@ -177,6 +178,21 @@ std::unique_ptr<caf::actor_system_config> make_system_config() {
   return cfg;
 }
 
+bool destroy_within(std::unique_ptr<caf::actor_system> system, std::unique_ptr<caf::actor_system_config> config,
+                    std::chrono::milliseconds bound) {
+  // ~actor_system waits until no thread holds its logger, and the thread
+  // that made the system holds it (thread-local): this one lets go.
+  caf::logger::set_current_actor_system(nullptr);
+  std::promise<void> done;
+  std::future<void> destroyed = done.get_future();
+  std::thread([system = std::move(system), config = std::move(config), done = std::move(done)]() mutable {
+    system.reset();
+    config.reset();
+    done.set_value();
+  }).detach();
+  return destroyed.wait_for(bound) == std::future_status::ready;
+}
+
 std::shared_ptr<device_setup> make_device_setup(const job_config& config, const launch_plan& plan, int id) {
   auto setup = std::make_shared<device_setup>();
   setup->id = id;
@@ -232,6 +248,28 @@ loader_setup make_loader_setup(const job_config& config, const launch_plan& plan
   ls.checkpoint_every_s = config.train.checkpoint_every_s;
   ls.stream = plan.stream;
   return ls;
+}
+
+reducer_setup make_reducer_setup(const job_config& config, const launch_plan& plan) {
+  reducer_setup rs;
+  rs.book.schedule = plan.schedule;
+  rs.book.start_step = plan.start_step;
+  rs.book.epoch_steps = plan.epoch_steps;
+  rs.book.total_steps = plan.run_steps;
+  rs.book.log_every = config.train.log_every;
+  rs.book.verify_replicas = config.train.verify_replicas;
+  rs.book.skip_nonfinite = config.train.on_nonfinite == nonfinite_policy::skip;
+  rs.book.smoothing = config.straggler.smoothing;
+  rs.straggler = config.straggler;
+  rs.cuts = cuts_enabled(config);
+  rs.min_devices = config.cluster.min_devices;
+  rs.hang_timeout_s = config.cluster.hang_timeout_s;
+  rs.first_step_timeout_s = config.cluster.first_step_timeout_s;
+  for (const auto& f : plan.faults) {
+    if (f.kind == fault_kind::join || f.kind == fault_kind::leave) rs.membership_faults.push_back(f);
+    if (f.kind == fault_kind::crash && f.target == crash_target::reducer) rs.crash_at = f.step - 1;
+  }
+  return rs;
 }
 
 std::shared_ptr<const checkpoint_writer_setup> make_writer_setup(const job_config& config, const launch_plan& plan) {

@@ -15,6 +15,7 @@
 #include "actors/device.hpp"
 #include "actors/engine.hpp"
 #include "actors/loader.hpp"
+#include "actors/reducer.hpp"
 #include "data/loading.hpp"
 #include "tensors/torch_model.hpp"
 #include "train/fault_plan.hpp"
@@ -46,9 +47,27 @@ launch_plan prepare_launch(const job_config& config, const run_options& options,
 // sleeps while idle.
 std::unique_ptr<caf::actor_system_config> make_system_config();
 
+// Note [A lost peer can hold the network layer's shutdown]
+// ~actor_system stops CAF's middleman, whose thread runs until every socket
+// it manages is closed, and CAF closes a connection gracefully: only once its
+// send buffer has drained. A peer cut off by a partition never acknowledges
+// what was sent to it just before, so that connection drains only when the
+// kernel gives up on it (tcp_retries2, about 15 minutes), and the process
+// would not end for as long, with its work long done. So the system is
+// destroyed on a helper thread, and a caller waits for it at most a bound;
+// past it, the helper keeps the system and its config, and the process
+// should end with std::_Exit (See Note [Bounded shutdown]).
+//
+// Destroys `system`, then `config`, waiting at most `bound`: true if done.
+bool destroy_within(std::unique_ptr<caf::actor_system> system, std::unique_ptr<caf::actor_system_config> config,
+                    std::chrono::milliseconds bound);
+
 // Device `id`'s setup, with its replica built and holding the initial state.
 std::shared_ptr<device_setup> make_device_setup(const job_config& config, const launch_plan& plan, int id);
 loader_setup make_loader_setup(const job_config& config, const launch_plan& plan);
+// The reducer's setup from the config and the plan; the caller adds the
+// actors it talks to, its devices and how it makes each generation's group.
+reducer_setup make_reducer_setup(const job_config& config, const launch_plan& plan);
 std::shared_ptr<const checkpoint_writer_setup> make_writer_setup(const job_config& config, const launch_plan& plan);
 
 }  // namespace dpactor

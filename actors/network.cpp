@@ -15,21 +15,6 @@
 
 namespace dpactor {
 
-bool destroy_within(std::unique_ptr<caf::actor_system> system, std::unique_ptr<caf::actor_system_config> config,
-                    std::chrono::milliseconds bound) {
-  // ~actor_system waits until no thread holds its logger, and the thread
-  // that made the system holds it (thread-local): this one lets go.
-  caf::logger::set_current_actor_system(nullptr);
-  std::promise<void> done;
-  std::future<void> destroyed = done.get_future();
-  std::thread([system = std::move(system), config = std::move(config), done = std::move(done)]() mutable {
-    system.reset();
-    config.reset();
-    done.set_value();
-  }).detach();
-  return destroyed.wait_for(bound) == std::future_status::ready;
-}
-
 // See notes/distributed.md: peers of another program version share no
 // identifier and are refused by CAF itself.
 constexpr const char* app_identifier = "dpactor-0.1.0";

@@ -20,21 +20,6 @@ namespace dpactor {
 std::unique_ptr<caf::actor_system_config> make_network_config(std::chrono::milliseconds heartbeat,
                                                               std::chrono::milliseconds connection_timeout);
 
-// Note [A lost peer can hold the network layer's shutdown]
-// ~actor_system stops CAF's middleman, whose thread runs until every socket
-// it manages is closed, and CAF closes a connection gracefully: only once its
-// send buffer has drained. A peer cut off by a partition never acknowledges
-// what was sent to it just before, so that connection drains only when the
-// kernel gives up on it (tcp_retries2, about 15 minutes), and the process
-// would not end for as long, with its work long done. So the system is
-// destroyed on a helper thread, and a caller waits for it at most a bound;
-// past it, the helper keeps the system and its config, and the process
-// should end with std::_Exit (See Note [Bounded shutdown]).
-//
-// Destroys `system`, then `config`, waiting at most `bound`: true if done.
-bool destroy_within(std::unique_ptr<caf::actor_system> system, std::unique_ptr<caf::actor_system_config> config,
-                    std::chrono::milliseconds bound);
-
 // This machine's address on the route to host:port (a UDP socket connected
 // there, never sent on), so that peers can reach Gloo's connections. Falls
 // back to 127.0.0.1 for a loopback host. Throws std::runtime_error when the

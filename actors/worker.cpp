@@ -15,14 +15,11 @@
 #include <caf/openssl/all.hpp>
 #include <spdlog/spdlog.h>
 
+#include "actors/backend.hpp"
 #include "actors/device.hpp"
 #include "actors/launch.hpp"
 #include "actors/network.hpp"
 #include "actors/tls.hpp"
-#include "comms/gloo.hpp"
-#if DPACTOR_HAS_CUDA
-#include "comms/nccl.hpp"
-#endif
 #include "config/config_file.hpp"
 #include "config/job_identity.hpp"
 #include "tensors/error.hpp"
@@ -225,7 +222,8 @@ worker_result serve(caf::actor_system& system, const worker_options& options, bo
   auto outcome = std::make_shared<node_outcome>();
   auto result = outcome->promise.get_future();
   const caf::actor proxy = system.spawn(store_proxy, coordinator);
-  auto store = std::make_shared<coordinator_store>(coordinator, proxy);
+  const cluster_link link{std::make_shared<coordinator_store>(coordinator, proxy), facing,
+                          config.cluster.shared_memory};
   const caf::actor node_actor = system.spawn(node_behavior, coordinator, groups, outcome);
 
   join_msg join;
@@ -240,24 +238,8 @@ worker_result serve(caf::actor_system& system, const worker_options& options, bo
     setup->name = node + "/" + setup->name;
     setup->trained_to_reducer = config.train.record_trained;
     const int gpu = gpu_job ? config.cluster.gpus.at(static_cast<std::size_t>(id)) : -1;
-    setup->remote_group = [store, groups, facing, shared = config.cluster.shared_memory, gpu](
-                              const group_ticket& ticket, int size) -> std::shared_ptr<collective_group> {
-      if (ticket.backend == "nccl") {
-#if DPACTOR_HAS_CUDA
-        nccl_group_options o;
-        o.prefix = ticket.rendezvous_id;
-        auto group = make_nccl_group(store, size, [gpu](int) { return gpu; }, o);
-        groups->add(ticket.generation, group);
-        return group;
-#else
-        throw std::logic_error("an NCCL generation in a build without CUDA");
-#endif
-      }
-      gloo_group_options o;
-      o.prefix = ticket.rendezvous_id;
-      o.address = facing;
-      o.shared_memory = shared;
-      auto group = make_gloo_group(store, size, o);
+    setup->remote_group = [link, groups, gpu](const group_ticket& ticket, int size) {
+      auto group = group_from_ticket(ticket, link, size, [gpu](int) { return gpu; });
       groups->add(ticket.generation, group);
       return group;
     };

@@ -3,9 +3,7 @@
 #include <charconv>
 #include <stdexcept>
 
-#if DPACTOR_HAS_CUDA
-#include "cuda/resources.hpp"
-#endif
+#include "actors/backend.hpp"
 
 namespace dpactor::cli {
 namespace {
@@ -16,15 +14,6 @@ int parse_int(const std::string& text, const std::string& spec) {
   if (ec != std::errc() || end != text.data() + text.size() || v < 0)
     throw std::invalid_argument("--gpus " + spec + ": expected all, a count N, or a list of device numbers like 0,2");
   return v;
-}
-
-int visible_gpus(std::string& note) {
-#if DPACTOR_HAS_CUDA
-  return visible_cuda_devices(&note);
-#else
-  note = "this build of dpactor has no CUDA support";
-  return 0;
-#endif
 }
 
 }  // namespace
@@ -48,7 +37,7 @@ gpu_selection select_gpus(const std::string& spec) {
     }
     if (wanted.empty()) return out;  // --gpus 0: CPU replicas by request
   }
-  const int visible = visible_gpus(out.note);
+  const int visible = usable_gpus(out.note);
   if (all) {
     for (int i = 0; i < visible; ++i) out.devices.push_back(i);
     return out;

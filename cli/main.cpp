@@ -16,6 +16,7 @@
 #include "config/config_file.hpp"
 #include "config/launcher_env.hpp"
 #include "actors/engine.hpp"
+#include "actors/worker.hpp"
 #include "train/fault_plan.hpp"
 #include "cli/exit_codes.hpp"
 #include "cli/gpu_discovery.hpp"
@@ -27,10 +28,6 @@
 #include "service/control_routes.hpp"
 #include "service/http_service.hpp"
 #include "service/service_token.hpp"
-#if DPACTOR_HAS_GLOO
-#include "actors/network.hpp"
-#include "actors/worker.hpp"
-#endif
 #include "tensors/blas_kernels.hpp"
 #include "tensors/error.hpp"
 
@@ -70,7 +67,6 @@ int fail(const std::string& message, int code) {
 
 // dpactor --join: a worker (See Note [A worker never trains alone]).
 int run_worker_node(const cli::options& opts, cli::signal_watch& signals) {
-#if DPACTOR_HAS_GLOO
   worker_options w;
   try {
     std::tie(w.host, w.port) = split_host_port(opts.join, "--join");
@@ -117,12 +113,6 @@ int run_worker_node(const cli::options& opts, cli::signal_watch& signals) {
     case worker_result::kind::refused: return fail("the coordinator refused this worker: " + r.message, cli::exit_refused);
   }
   return cli::exit_internal;
-#else
-  (void)opts;
-  (void)signals;
-  return fail("this build of dpactor has no Gloo backend, which a worker needs (apt-get install libgloo-dev, then "
-              "build again)", cli::exit_config);
-#endif
 }
 
 int run(int argc, char** argv, cli::signal_watch& signals) {
@@ -203,7 +193,7 @@ int run(int argc, char** argv, cli::signal_watch& signals) {
   run.resume_from = opts.resume;
   run.init_from = opts.init_from;
   if (opts.coordinator) {
-#if DPACTOR_HAS_GLOO
+    // (A build without Gloo refuses it as the engine starts.)
     coordinator_options c;
     try {
       std::tie(c.host, c.port) = split_host_port(opts.listen, "--listen");
@@ -219,10 +209,6 @@ int run(int argc, char** argv, cli::signal_watch& signals) {
       std::fflush(stdout);
     };
     run.coordinator = c;
-#else
-    return fail("this build of dpactor has no Gloo backend, which a coordinator needs (apt-get install libgloo-dev, "
-                "then build again)", cli::exit_config);
-#endif
   }
   Engine engine(config, run);
   if (gpus.devices.empty() && opts.gpus != "0" && config.cluster.gpus.empty())

@@ -22,6 +22,12 @@ state_layout make_state_layout(const flat_layout& params, const optimizer_config
   return s;
 }
 
+flat_layout state_layout::parameters() const {
+  flat_layout params;
+  for (std::size_t i = 0; i < parameter_tensors; ++i) params.add(layout.tensors()[i].name, layout.tensors()[i].shape);
+  return params;
+}
+
 std::int64_t read_step_counter(std::span<const float> state, const state_layout& layout) noexcept {
   std::int64_t steps = 0;
   std::memcpy(&steps, state.data() + layout.layout.size(), sizeof steps);

@@ -80,6 +80,9 @@ struct state_layout {
   std::size_t buffer_begin = 0;
   std::vector<std::string> slots;   // optimizer slot names
 
+  // The parameter section's tensors alone, as a layout of their own.
+  flat_layout parameters() const;
+
   // Floats after the layout holding the step counter.
   static constexpr std::size_t tail_floats = 16;
   std::size_t total_size() const noexcept { return layout.size() + tail_floats; }

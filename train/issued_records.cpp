@@ -50,53 +50,45 @@ data_source::step_samples issued_records::issue(std::int64_t step, std::size_t w
     chunk->sequences[i] = r.sequence;
     max_taken_ = std::max(max_taken_, r.sequence);
   }
-  in_flight_[step].chunk = chunk;
+  in_flight_.add(step) = chunk;
   rows_.resize(chunk->rows);
   std::iota(rows_.begin(), rows_.end(), 0u);
   return {rows_, chunk};
 }
 
 std::vector<data_source::snapshot> issued_records::commit(std::int64_t through,
-                                                             std::span<const step_returned> returned) {
-  std::vector<snapshot> snapshots;
-  std::size_t next_returned = 0;
-  while (!in_flight_.empty() && in_flight_.begin()->first <= through) {
-    auto it = in_flight_.begin();
-    const std::int64_t step = it->first;
-    const dataset& chunk = *it->second.chunk;
-    std::vector<bool> back(chunk.rows, false);
-    while (next_returned < returned.size() && returned[next_returned].step < step) ++next_returned;
-    if (next_returned < returned.size() && returned[next_returned].step == step)
-      for (const auto row : returned[next_returned].indices) {
-        if (row >= chunk.rows || back[row])
-          throw ledger_error("stream step " + std::to_string(step + 1) + ": row " + std::to_string(row) +
-                             " returned twice or out of range");
-        back[row] = true;
-        front_.push_back(row_record(chunk, row));
-        ++requeued_;
-      }
-    for (std::size_t row = 0; row < chunk.rows; ++row) {
-      if (back[row]) continue;
-      const std::int64_t s = chunk.sequences[row];
-      if (s <= base_ || !trained_above_.insert(s).second)
-        throw ledger_error("stream step " + std::to_string(step + 1) + ": the record with sequence number " +
-                           std::to_string(s) + " is already trained");
-    }
-    const bool wanted = it->second.snapshot;
-    in_flight_.erase(it);
-    advance_base(step);
-    if (wanted) snapshots.push_back({step, position_after(step)});
-  }
-  return snapshots;
+                                                          std::span<const step_returned> returned) {
+  return in_flight_.commit_through(
+      through, returned,
+      [this](std::int64_t step, const std::shared_ptr<const dataset>& flight, const step_returned* sent_back) {
+        const dataset& chunk = *flight;
+        std::vector<bool> back(chunk.rows, false);
+        if (sent_back != nullptr)
+          for (const auto row : sent_back->indices) {
+            if (row >= chunk.rows || back[row])
+              throw ledger_error("stream step " + std::to_string(step + 1) + ": row " + std::to_string(row) +
+                                 " returned twice or out of range");
+            back[row] = true;
+            front_.push_back(row_record(chunk, row));
+            ++requeued_;
+          }
+        for (std::size_t row = 0; row < chunk.rows; ++row) {
+          if (back[row]) continue;
+          const std::int64_t s = chunk.sequences[row];
+          if (s <= base_ || !trained_above_.insert(s).second)
+            throw ledger_error("stream step " + std::to_string(step + 1) + ": the record with sequence number " +
+                               std::to_string(s) + " is already trained");
+        }
+        advance_base(step);  // (it looks at the steps after this one only)
+      },
+      [this](std::int64_t step) { return position_after(step); });
 }
 
 std::size_t issued_records::roll_back(std::int64_t through) {
   std::vector<record> undo;
-  for (auto it = in_flight_.upper_bound(through); it != in_flight_.end();) {
-    const dataset& chunk = *it->second.chunk;
-    for (std::size_t row = 0; row < chunk.rows; ++row) undo.push_back(row_record(chunk, row));
-    it = in_flight_.erase(it);
-  }
+  in_flight_.take_after(through, [&](const std::shared_ptr<const dataset>& flight) {
+    for (std::size_t row = 0; row < flight->rows; ++row) undo.push_back(row_record(*flight, row));
+  });
   front_.insert(front_.begin(), std::make_move_iterator(undo.begin()), std::make_move_iterator(undo.end()));
   return undo.size();
 }
@@ -104,8 +96,9 @@ std::size_t issued_records::roll_back(std::int64_t through) {
 std::int64_t issued_records::lowest_untrained(std::int64_t step) const {
   std::int64_t lowest = none;
   for (const record& r : front_) lowest = std::min(lowest, r.sequence);
-  for (auto it = in_flight_.upper_bound(step); it != in_flight_.end(); ++it)
-    for (const auto s : it->second.chunk->sequences) lowest = std::min(lowest, s);
+  in_flight_.for_each_after(step, [&](const std::shared_ptr<const dataset>& flight) {
+    for (const auto s : flight->sequences) lowest = std::min(lowest, s);
+  });
   return lowest;
 }
 

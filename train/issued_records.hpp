@@ -18,11 +18,12 @@
 #include "data/record_queue.hpp"
 #include "data/stream_position.hpp"
 #include "train/data_source.hpp"
+#include "train/in_flight_steps.hpp"
 #include "train/step_record.hpp"
 
 namespace dpactor {
 
-class issued_records final : public data_source {
+class issued_records final : public booked_source<std::shared_ptr<const dataset>> {
  public:
   // `resume`: the stream position of the checkpoint the run resumes from.
   issued_records(record_queue& queue, const stream_position& resume);
@@ -43,10 +44,6 @@ class issued_records final : public data_source {
   // rows of `step`'s chunk, in sequence order of their going out; the
   // indices address the chunk's rows.
   step_samples issue(std::int64_t step, std::size_t batch) override;
-  std::size_t steps_in_flight() const override { return in_flight_.size(); }
-  bool in_flight(std::int64_t step) const override { return in_flight_.count(step) != 0; }
-  void mark_snapshot(std::int64_t step) override { in_flight_.at(step).snapshot = true; }
-  bool snapshot_marked(std::int64_t step) const override { return in_flight_.at(step).snapshot; }
   // The rows a cut returned (`returned`, chunk rows) go out again before any
   // other record. Throws ledger_error if a record would be trained twice.
   std::vector<snapshot> commit(std::int64_t through, std::span<const step_returned> returned) override;
@@ -72,10 +69,7 @@ class issued_records final : public data_source {
   bool wake_when_ready(std::size_t batch, std::function<void()> wake) override;
 
  private:
-  struct step_in_flight {
-    std::shared_ptr<const dataset> chunk;
-    bool snapshot = false;
-  };
+  // In flight: each step's chunk.
   // The lowest sequence number not trained at `step`: of the records sent
   // back and of steps after it in flight. INT64_MAX: none.
   std::int64_t lowest_untrained(std::int64_t step) const;
@@ -83,7 +77,6 @@ class issued_records final : public data_source {
 
   record_queue& queue_;
   std::deque<record> front_;  // sent back by cuts and rollbacks, going out first
-  std::map<std::int64_t, step_in_flight> in_flight_;
   std::int64_t base_;        // every record up to it is trained
   std::int64_t max_taken_;   // the highest sequence number that went out
   std::set<std::int64_t> trained_above_;  // trained records above base_

@@ -9,17 +9,17 @@
 // tested the same way (tests/step_book_test.cpp), without actors.
 
 #include <cstdint>
-#include <map>
 #include <span>
 #include <vector>
 
 #include "data/epoch_ledger.hpp"
 #include "train/data_source.hpp"
+#include "train/in_flight_steps.hpp"
 #include "train/step_record.hpp"
 
 namespace dpactor {
 
-class issued_steps final : public data_source {
+class issued_steps final : public booked_source<std::vector<std::uint32_t>> {
  public:
   issued_steps(std::size_t samples, std::uint64_t seed, bool shuffle) : ledger_(samples, seed, shuffle) {}
 
@@ -30,10 +30,6 @@ class issued_steps final : public data_source {
   // Up to `batch` indices for `step` (re-queued ones first), into the
   // training set.
   step_samples issue(std::int64_t step, std::size_t batch) override;
-  std::size_t steps_in_flight() const override { return in_flight_.size(); }
-  bool in_flight(std::int64_t step) const override { return in_flight_.count(step) != 0; }
-  void mark_snapshot(std::int64_t step) override { in_flight_.at(step).snapshot = true; }
-  bool snapshot_marked(std::int64_t step) const override { return in_flight_.at(step).snapshot; }
   // Each step's `returned` indices go back to the ledger.
   std::vector<snapshot> commit(std::int64_t through, std::span<const step_returned> returned) override;
   // Every index of a later step goes back to the ledger's front, in order.
@@ -51,12 +47,8 @@ class issued_steps final : public data_source {
   bool wake_when_ready(std::size_t batch, std::function<void()> wake) override;
 
  private:
-  struct step_in_flight {
-    std::vector<std::uint32_t> indices;  // all shards, rank order
-    bool snapshot = false;
-  };
+  // In flight: each step's indices, all shards, rank order.
   epoch_ledger ledger_;
-  std::map<std::int64_t, step_in_flight> in_flight_;
   mutable std::vector<std::uint32_t> scratch_;
 };
 

@@ -101,6 +101,9 @@ void apply_override(toml::table& root, const std::string& assignment) {
     } catch (const toml::parse_error& e) {
       throw config_error(origin + ": the value is neither a TOML value nor a string: " + std::string(e.description()));
     }
+    // toml++ prints bytes that are not UTF-8 as other characters.
+    if (parsed["v"].value<std::string>() != value)
+      throw config_error(origin + ": the value is neither a TOML value nor a string: it is not UTF-8");
   }
   // A dotted key ("tls.ca") goes into the tables it names.
   toml::table* target = &root;

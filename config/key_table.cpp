@@ -1,9 +1,8 @@
 // The key table: every config key, one statement each, with its type, range,
-// default (the job_config's) and documentation.
+// default (the job_config's) and documentation (See config/schema_builder.hpp).
 
-#include "config/schema.hpp"
+#include "config/schema_builder.hpp"
 
-#include <charconv>
 #include <limits>
 
 #include "config/key_table.hpp"
@@ -11,39 +10,6 @@
 #include "train/fault_plan.hpp"
 
 namespace dpactor::config_schema {
-
-std::string location(const toml::node& node) {
-  const auto& src = node.source();
-  const std::string path = src.path ? *src.path : std::string("<config>");
-  if (path.rfind("--set ", 0) == 0) return path;
-  return path + ":" + std::to_string(src.begin.line) + ":" + std::to_string(src.begin.column);
-}
-
-[[noreturn]] void fail_at(const toml::node& node, const std::string& key, const std::string& what) {
-  throw config_error(location(node) + ": " + key + ": " + what);
-}
-
-std::string type_name(const toml::node& node) {
-  switch (node.type()) {
-    case toml::node_type::string: return "a string";
-    case toml::node_type::integer: return "an integer";
-    case toml::node_type::floating_point: return "a float";
-    case toml::node_type::boolean: return "a boolean";
-    case toml::node_type::array: return "an array";
-    case toml::node_type::table: return "a table";
-    default: return "a date or time";
-  }
-}
-
-std::string quote(const std::string& s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
-}
-
 namespace {
 
 // Upper bounds of the keys that have no natural one: far beyond any real
@@ -53,100 +19,6 @@ constexpr std::int64_t max_steps_count = std::int64_t{1} << 40;  // step and epo
 constexpr std::int64_t max_rows = std::numeric_limits<std::int32_t>::max();  // a batch's rows
 constexpr std::int64_t max_samples = std::numeric_limits<std::uint32_t>::max();  // sample indices are 32-bit
 constexpr double max_bucket_mb = 65536.0;                   // 64 GiB
-
-// Shortest text that reads back as the same double, always with a '.' or an
-// exponent so that TOML reads it as a float.
-std::string number_text(double v) {
-  char buf[32];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
-  std::string out(buf, end);
-  if (out.find_first_of(".eEn") == std::string::npos) out += ".0";
-  return out;
-}
-
-
-template <class Field>
-using accessor = std::function<Field&(job_config&)>;
-
-std::int64_t read_int(const toml::node& node, const std::string& key, std::int64_t lo, std::int64_t hi) {
-  if (!node.is_integer()) fail_at(node, key, "expected an integer, found " + type_name(node));
-  const std::int64_t v = node.as_integer()->get();
-  if (v < lo) fail_at(node, key, "value " + std::to_string(v) + " is out of range: must be >= " + std::to_string(lo));
-  if (v > hi) fail_at(node, key, "value " + std::to_string(v) + " is out of range: must be <= " + std::to_string(hi));
-  return v;
-}
-
-double read_float(const toml::node& node, const std::string& key, double lo, double hi, bool lo_open) {
-  double v = 0.0;
-  if (node.is_floating_point()) v = node.as_floating_point()->get();
-  else if (node.is_integer()) v = static_cast<double>(node.as_integer()->get());
-  else fail_at(node, key, "expected a number, found " + type_name(node));
-  if (!(v == v) || (lo_open ? v <= lo : v < lo) || v > hi) {
-    std::string range = lo_open ? "> " + number_text(lo) : ">= " + number_text(lo);
-    if (hi < std::numeric_limits<double>::max()) range += " and <= " + number_text(hi);
-    fail_at(node, key, "value " + number_text(v) + " is out of range: must be " + range);
-  }
-  return v;
-}
-
-const std::string& read_string(const toml::node& node, const std::string& key) {
-  if (!node.is_string()) fail_at(node, key, "expected a string, found " + type_name(node));
-  return node.as_string()->get();
-}
-
-struct schema_builder {
-  std::vector<key_spec> keys;
-  std::string section;
-
-  void integer(std::string name, accessor<std::int64_t> field, std::int64_t lo, std::string doc,
-               std::int64_t hi = std::numeric_limits<std::int64_t>::max()) {
-    keys.push_back({section, std::move(name), "integer", std::move(doc),
-                    [=](job_config& c, const toml::node& n, const std::string& key) { field(c) = read_int(n, key, lo, hi); },
-                    [=](const job_config& c) { return std::to_string(field(const_cast<job_config&>(c))); }});
-  }
-  void floating(std::string name, accessor<double> field, double lo, bool lo_open, std::string doc,
-                double hi = std::numeric_limits<double>::max()) {
-    keys.push_back({section, std::move(name), "float", std::move(doc),
-                    [=](job_config& c, const toml::node& n, const std::string& key) {
-                      field(c) = read_float(n, key, lo, hi, lo_open);
-                    },
-                    [=](const job_config& c) { return number_text(field(const_cast<job_config&>(c))); }});
-  }
-  void boolean(std::string name, accessor<bool> field, std::string doc) {
-    keys.push_back({section, std::move(name), "boolean", std::move(doc),
-                    [=](job_config& c, const toml::node& n, const std::string& key) {
-                      if (!n.is_boolean()) fail_at(n, key, "expected a boolean (true or false), found " + type_name(n));
-                      field(c) = n.as_boolean()->get();
-                    },
-                    [=](const job_config& c) { return std::string(field(const_cast<job_config&>(c)) ? "true" : "false"); }});
-  }
-  void string(std::string name, accessor<std::string> field, std::string doc) {
-    keys.push_back({section, std::move(name), "string", std::move(doc),
-                    [=](job_config& c, const toml::node& n, const std::string& key) { field(c) = read_string(n, key); },
-                    [=](const job_config& c) { return quote(field(const_cast<job_config&>(c))); }});
-  }
-  // A string naming one of a fixed set of choices.
-  template <class E>
-  void choice(std::string name, accessor<E> field, std::vector<std::pair<std::string, E>> choices, std::string doc) {
-    std::string list;
-    for (const auto& [text, value] : choices) list += (list.empty() ? "" : ", ") + quote(text);
-    keys.push_back({section, std::move(name), "string: " + list, std::move(doc),
-                    [=](job_config& c, const toml::node& n, const std::string& key) {
-                      const std::string& s = read_string(n, key);
-                      for (const auto& [text, value] : choices)
-                        if (text == s) {
-                          field(c) = value;
-                          return;
-                        }
-                      fail_at(n, key, "unknown value " + quote(s) + ": expected one of " + list);
-                    },
-                    [=](const job_config& c) {
-                      for (const auto& [text, value] : choices)
-                        if (value == field(const_cast<job_config&>(c))) return quote(text);
-                      return std::string("\"?\"");
-                    }});
-  }
-};
 
 }  // namespace
 
@@ -165,11 +37,7 @@ const std::vector<key_spec>& keys() {
                           sizes.push_back(static_cast<int>(read_int(e, key + "[" + std::to_string(sizes.size()) + "]", 1, 1 << 24)));
                         c.model.sizes = std::move(sizes);
                       },
-                      [](const job_config& c) {
-                        std::string s = "[";
-                        for (std::size_t i = 0; i < c.model.sizes.size(); ++i) s += (i ? ", " : "") + std::to_string(c.model.sizes[i]);
-                        return s + "]";
-                      }});
+                      [](const job_config& c) { return array_text(c.model.sizes); }});
     b.choice<activation>("activation", [](job_config& c) -> activation& { return c.model.hidden_activation; },
                          {{"relu", activation::relu}, {"gelu", activation::gelu}, {"tanh", activation::tanh},
                           {"sigmoid", activation::sigmoid}},
@@ -206,12 +74,7 @@ const std::vector<key_spec>& keys() {
                           shape.push_back(read_int(e, key + "[" + std::to_string(shape.size()) + "]", 1, 1 << 24));
                         c.module.input_shape = std::move(shape);
                       },
-                      [](const job_config& c) {
-                        std::string s = "[";
-                        for (std::size_t i = 0; i < c.module.input_shape.size(); ++i)
-                          s += (i ? ", " : "") + std::to_string(c.module.input_shape[i]);
-                        return s + "]";
-                      }});
+                      [](const job_config& c) { return array_text(c.module.input_shape); }});
 
     b.section = "data";
     b.choice<data_format>("format", [](job_config& c) -> data_format& { return c.data.format; },
@@ -358,11 +221,7 @@ const std::vector<key_spec>& keys() {
                           gpus.push_back(static_cast<int>(read_int(e, key + "[" + std::to_string(gpus.size()) + "]", 0, 1023)));
                         c.cluster.gpus = std::move(gpus);
                       },
-                      [](const job_config& c) {
-                        std::string s = "[";
-                        for (std::size_t i = 0; i < c.cluster.gpus.size(); ++i) s += (i ? ", " : "") + std::to_string(c.cluster.gpus[i]);
-                        return s + "]";
-                      }});
+                      [](const job_config& c) { return array_text(c.cluster.gpus); }});
     b.integer("cpus", [](job_config& c) -> std::int64_t& { return c.cluster.cpus; }, 0,
               "CPU replicas when no GPU is used (0 = one per core).", 1024);
     b.integer("blas_threads", [](job_config& c) -> std::int64_t& { return c.cluster.blas_threads; }, 0,
@@ -483,11 +342,7 @@ const std::vector<key_spec>& keys() {
                         }
                         c.faults.inject = std::move(specs);
                       },
-                      [](const job_config& c) {
-                        std::string s = "[";
-                        for (std::size_t i = 0; i < c.faults.inject.size(); ++i) s += (i ? ", " : "") + quote(c.faults.inject[i]);
-                        return s + "]";
-                      }});
+                      [](const job_config& c) { return array_text(c.faults.inject); }});
     b.integer("seed", [](job_config& c) -> std::int64_t& { return c.faults.seed; }, 0, "Seed of the jitter draws.");
     return std::move(b.keys);
   }();

@@ -31,7 +31,20 @@ const std::vector<key_spec>& keys();
 std::string location(const toml::node& node);
 [[noreturn]] void fail_at(const toml::node& node, const std::string& key, const std::string& what);
 std::string type_name(const toml::node& node);
-// A TOML basic string: double quotes, backslash escapes.
+// A value as TOML text, printed by toml++ (the one serialiser of every
+// config text dpactor writes: --print-config, checkpoints, the coordinator's
+// config for its workers).
+std::string toml_text(const toml::node& node);
+// A TOML basic string: double quotes, backslash escapes, on one line.
 std::string quote(const std::string& s);
+// Shortest text that reads back as the same double, always with a '.' or an
+// exponent so that TOML reads it as a float.
+std::string number_text(double v);
+
+// A key's value with its checks; each throws config_error naming where the
+// value came from (location), the key and what is wrong.
+std::int64_t read_int(const toml::node& node, const std::string& key, std::int64_t lo, std::int64_t hi);
+double read_float(const toml::node& node, const std::string& key, double lo, double hi, bool lo_open);
+const std::string& read_string(const toml::node& node, const std::string& key);
 
 }  // namespace dpactor::config_schema

@@ -190,5 +190,20 @@ TEST(Config, DocsListEveryKeyWithItsDefault) {
   }
 }
 
+// The dump is written by toml++: a string with a tab, a newline, a control
+// character and a byte-order mark prints on one line with every one of them
+// escaped, and reads back as the same config.
+TEST(Config, TheDumpEscapesInvisibleCharactersAndReadsBackForAnyString) {
+  job_config c;
+  c.data.train_file = "a\tb\nc\x01" "d\xef\xbb\xbf\"q\"\\";
+  c.faults.inject = {"slow:0:2", "fail:1@3"};
+  const std::string dumped = dump_job_config(c);
+  EXPECT_NE(dumped.find("train_file = \"a\\tb\\nc\\u0001d\\uFEFF\\\"q\\\"\\\\\"\n"), std::string::npos) << dumped;
+  EXPECT_NE(dumped.find("inject = [\"slow:0:2\", \"fail:1@3\"]\n"), std::string::npos) << dumped;
+  const job_config back = parse_job_config(dumped, "dump");
+  EXPECT_EQ(back.data.train_file, c.data.train_file);
+  EXPECT_EQ(dump_job_config(back), dumped);
+}
+
 }  // namespace
 }  // namespace dpactor

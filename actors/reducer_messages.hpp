@@ -1,0 +1,217 @@
+#pragma once
+// What the reducer receives: the devices' reports of their steps, the
+// loader's reports, and control from the engine and the coordinator actor.
+// Requests from a user thread that is not an actor (add_device_msg, and
+// params_request in actors/device_messages.hpp) carry a promise instead of
+// taking a CAF response: a scoped_actor in a user thread keeps CAF 0.17's
+// actor system from shutting down until that thread exits. They cannot be
+// serialised and are not registered.
+
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/actor_interfaces.hpp"
+#include "actors/inspect_train_types.hpp"
+
+namespace dpactor {
+
+// ---- reports: device -> reducer ---------------------------------------------
+
+// A member whose shard was cut short reports the untouched indices (See Note
+// [Cutting a step short]); the step commits once they are in.
+struct shard_cut_msg {
+  std::int64_t generation = 0;
+  std::int64_t step = 0;
+  std::int32_t rank = 0;
+  std::int64_t samples = 0;             // computed before the cut
+  std::vector<std::uint32_t> returned;  // untouched, in shard order
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, shard_cut_msg& x) {
+  return f(caf::meta::type_name("shard_cut_msg"), x.generation, x.step, x.rank, x.samples, x.returned);
+}
+
+// A member has waited in a step's collective past its deadline for the
+// members listed: the reducer may cut them, and suspects them if the step
+// makes no progress for the hang timeout.
+struct late_msg {
+  std::int64_t generation = 0;
+  std::int64_t step = 0;
+  std::int32_t rank = 0;
+  std::vector<std::int32_t> missing;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, late_msg& x) {
+  return f(caf::meta::type_name("late_msg"), x.generation, x.step, x.rank, x.missing);
+}
+
+// Note [One step report]
+// A step's statistics travel inside the collective: every member adds its
+// sample count, loss and correct count, and its compute time in its own slot,
+// to a small buffer all-reduced before the gradients. The first member then
+// reports the steps of each shard message in one message (a step_record
+// each, train/step_record.hpp); its report also proves that every member was
+// alive through those steps, since the collective needs them all. Only with
+// train.verify_replicas does every member report (its parameter checksums).
+// Members do not tell the reducer when they finish computing: a member that
+// waits in the collective past the deadline tells it who is late (late_msg),
+// which is rare.
+// The steps of one shard message, reported once they are done.
+struct steps_done_msg {
+  std::int64_t generation = 0;
+  std::int32_t rank = 0;
+  std::vector<step_record> steps;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, steps_done_msg& x) {
+  return f(caf::meta::type_name("steps_done_msg"), x.generation, x.rank, x.steps);
+}
+
+struct evaluated_msg {
+  std::int64_t generation = 0;
+  std::int64_t epoch = 0;
+  std::int64_t step = 0;
+  bool epoch_end = false;
+  std::int32_t rank = 0;
+  double loss_sum = 0.0;
+  std::int64_t correct = 0;
+  std::int64_t samples = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, evaluated_msg& x) {
+  return f(caf::meta::type_name("evaluated_msg"), x.generation, x.epoch, x.step, x.epoch_end, x.rank, x.loss_sum,
+           x.correct, x.samples);
+}
+
+struct state_msg {
+  std::int64_t step = 0;
+  std::vector<float> state;  // See Note [Replica state buffer]
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, state_msg& x) {
+  return f(caf::meta::type_name("state_msg"), x.step, x.state);
+}
+
+struct device_failed_msg {
+  std::int64_t generation = 0;
+  std::int64_t step = 0;
+  std::int32_t rank = 0;
+  std::string what;
+  std::int64_t last_step = -1;  // last step whose update the replica applied
+  std::vector<float> state;     // its state after last_step (a checkpoint of last resort)
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, device_failed_msg& x) {
+  return f(caf::meta::type_name("device_failed_msg"), x.generation, x.step, x.rank, x.what, x.last_step, x.state);
+}
+
+// A member's collective call failed (aborted or timed out) in this step.
+struct step_aborted_msg {
+  std::int64_t generation = 0;
+  std::int64_t step = 0;
+  std::int32_t rank = 0;
+  std::string what;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_aborted_msg& x) {
+  return f(caf::meta::type_name("step_aborted_msg"), x.generation, x.step, x.rank, x.what);
+}
+
+// ---- the loader's reports -------------------------------------------------
+
+struct paused_msg {
+  std::int64_t generation = 0;
+  std::int64_t last_step = -1;  // the last step issued before the pause
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, paused_msg& x) {
+  return f(caf::meta::type_name("paused_msg"), x.generation, x.last_step);
+}
+
+struct ledger_snapshot_msg {
+  std::int64_t step = 0;  // the ledger as it stands once this step is committed
+  ledger_position position;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ledger_snapshot_msg& x) {
+  return f(caf::meta::type_name("ledger_snapshot_msg"), x.step, x.position);
+}
+
+// Stream mode: every step issued is committed and the queue holds less than
+// a batch (idle), or records came and steps go out again (not idle). An idle
+// run waits for data, not for a hung device (See Note [Progress-based hang
+// detection]).
+struct idle_msg {
+  std::int64_t generation = 0;
+  bool idle = false;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, idle_msg& x) {
+  return f(caf::meta::type_name("idle_msg"), x.generation, x.idle);
+}
+
+struct epoch_ledger_msg {
+  std::int64_t epoch = 0;
+  std::int64_t committed = 0;
+  std::int64_t requeued = 0;
+  bool evaluated = true;  // an evaluation of the test set follows
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, epoch_ledger_msg& x) {
+  return f(caf::meta::type_name("epoch_ledger_msg"), x.epoch, x.committed, x.requeued, x.evaluated);
+}
+
+struct work_done_msg {
+  std::int64_t last_step = -1;  // -1: no step was trained
+  bool final_evaluation = false;
+  bool snapshot = false;
+  std::int64_t requeued = 0;    // indices handed out again in the whole run
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, work_done_msg& x) {
+  return f(caf::meta::type_name("work_done_msg"), x.last_step, x.final_evaluation, x.snapshot, x.requeued);
+}
+
+// The loader applied a rollback: this many indices go out again.
+struct rollback_done_msg {
+  std::int64_t requeued = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, rollback_done_msg& x) {
+  return f(caf::meta::type_name("rollback_done_msg"), x.requeued);
+}
+
+// ---- control: engine -> reducer, coordinator actor -> reducer ----------------
+
+struct remove_device_msg {
+  std::string name;
+  std::string reason;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, remove_device_msg& x) {
+  return f(caf::meta::type_name("remove_device_msg"), x.name, x.reason);
+}
+
+// Engine::add_device(): admits a CPU device; the promise gets its name.
+struct add_device_msg {
+  std::shared_ptr<std::promise<std::string>> reply;
+};
+
+// coordinator actor -> reducer: a worker admitted while training runs. Its
+// devices, spawned in its process, join at the next step boundary as
+// Engine::add_device's do (in-process, between two actors of the coordinator).
+struct node_joined_msg {
+  std::vector<device_actor> devices;
+  std::vector<std::string> names;  // "node/cpu:0", one per device
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, node_joined_msg& x) {
+  return f(caf::meta::type_name("node_joined_msg"), x.devices, x.names);
+}
+
+}  // namespace dpactor
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dpactor::add_device_msg)

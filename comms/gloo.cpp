@@ -256,23 +256,23 @@ class gloo_endpoint final : public collective {
     int peer;
     wait_alarm::kind kind;
   };
-  void post_recv(std::vector<posted>& ops, float* data, std::size_t floats, int peer, slot s) {
+  // A receive into, or a send of, `floats` at `data` with `peer`.
+  void post(std::vector<posted>& ops, float* data, std::size_t floats, int peer, slot s, bool send) {
     if (floats == 0) return;
     if (shares_memory(peer)) {
-      connection_.shared_memory()->post(reinterpret_cast<std::byte*>(data), floats * sizeof(float), peer, false);
+      connection_.shared_memory()->post(reinterpret_cast<std::byte*>(data), floats * sizeof(float), peer, send);
       return;
     }
-    ops.push_back({connection_.buffer(data, floats * sizeof(float)), peer, wait_alarm::kind::recv});
-    ops.back().handle->recv(peer, s, 0, floats * sizeof(float));
+    ops.push_back({connection_.buffer(data, floats * sizeof(float)), peer,
+                   send ? wait_alarm::kind::send : wait_alarm::kind::recv});
+    if (send) ops.back().handle->send(peer, s, 0, floats * sizeof(float));
+    else ops.back().handle->recv(peer, s, 0, floats * sizeof(float));
+  }
+  void post_recv(std::vector<posted>& ops, float* data, std::size_t floats, int peer, slot s) {
+    post(ops, data, floats, peer, s, false);
   }
   void post_send(std::vector<posted>& ops, float* data, std::size_t floats, int peer, slot s) {
-    if (floats == 0) return;
-    if (shares_memory(peer)) {
-      connection_.shared_memory()->post(reinterpret_cast<std::byte*>(data), floats * sizeof(float), peer, true);
-      return;
-    }
-    ops.push_back({connection_.buffer(data, floats * sizeof(float)), peer, wait_alarm::kind::send});
-    ops.back().handle->send(peer, s, 0, floats * sizeof(float));
+    post(ops, data, floats, peer, s, true);
   }
   // Shared-memory transfers first: Gloo's go on in its event loop meanwhile.
   void finish(std::vector<posted>& ops, clock_type::time_point deadline) {

@@ -19,12 +19,8 @@
 #include <system_error>
 #include <thread>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define DPACTOR_CPU_RELAX() _mm_pause()
-#else
-#define DPACTOR_CPU_RELAX() std::this_thread::yield()
-#endif
+
+#include "comms/cpu_relax.hpp"
 
 namespace dpactor {
 namespace {
@@ -302,7 +298,7 @@ bool shm_exchange::drive(std::size_t target, clock::time_point wake, clock::time
     }
     if (moved) continue;
     const auto spin_until = now + shm_spin;
-    while (bell.seq.load(std::memory_order_relaxed) == seen && clock::now() < spin_until) DPACTOR_CPU_RELAX();
+    while (bell.seq.load(std::memory_order_relaxed) == seen && clock::now() < spin_until) cpu_relax();
     if (bell.seq.load(std::memory_order_seq_cst) == seen) bell.wait(seen, std::min({wake, deadline, check_at}));
   }
 }

@@ -2,12 +2,8 @@
 
 #include <thread>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define DPACTOR_CPU_RELAX() _mm_pause()
-#else
-#define DPACTOR_CPU_RELAX() std::this_thread::yield()
-#endif
+
+#include "comms/cpu_relax.hpp"
 
 namespace dpactor {
 namespace {
@@ -117,7 +113,7 @@ spin_barrier::result spin_barrier::wait_for(int rank, std::uint64_t gen, clock::
       std::this_thread::yield();
     } else {
       if ((i & 63) == 63 && clock::now() >= spin_until) break;
-      DPACTOR_CPU_RELAX();
+      cpu_relax();
     }
   }
   report_late();

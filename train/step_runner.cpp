@@ -114,8 +114,8 @@ void step_runner::clear_buffers(replica& model, std::span<float> grads) {
             grads.begin() + static_cast<std::ptrdiff_t>(l.parameter_size), 0.0f);
 }
 
-step_runner::computed step_runner::compute_slices(const step_shard& shard, replica& model, const dataset& train,
-                                                  device_control& control, const collective_group& group) {
+// A step's computation begins: its shard's schedule, the clock, the phase.
+step_runner::computed step_runner::start_computing(const step_shard& shard, device_control& control) {
   computed c;
   c.schedule_position = shard.schedule_position;
   c.lr_override = shard.lr_override;
@@ -123,6 +123,12 @@ step_runner::computed step_runner::compute_slices(const step_shard& shard, repli
   c.progress = &control.progress;
   c.start = clock_type::now();
   control.progress.mark(device_phase::forward, shard.step);
+  return c;
+}
+
+step_runner::computed step_runner::compute_slices(const step_shard& shard, replica& model, const dataset& train,
+                                                  device_control& control, const collective_group& group) {
+  computed c = start_computing(shard, control);
   const fault_spec* slow = inject_step_faults(shard, control, group);
   const std::size_t slices = shard.slices();
   tree_.emplace(slices);
@@ -163,13 +169,7 @@ step_runner::computed step_runner::compute_slices(const step_shard& shard, repli
 step_runner::computed step_runner::compute(const step_shard& shard, replica& model, const dataset& train,
                                            device_control& control, const collective_group& group,
                                            collective* comm) {
-  computed c;
-  c.schedule_position = shard.schedule_position;
-  c.lr_override = shard.lr_override;
-  c.step = shard.step;
-  c.progress = &control.progress;
-  c.start = clock_type::now();
-  control.progress.mark(device_phase::forward, shard.step);
+  computed c = start_computing(shard, control);
   model.zero_grad();
   const bool overlap = comm != nullptr && comm->overlaps_compute();
   if (overlap) {

@@ -153,6 +153,8 @@ class step_runner {
   bool header_is_finite() const noexcept;
   // Zeroes the region of a model's buffers (See Note [Module buffers]).
   static void clear_buffers(replica& model, std::span<float> grads);
+  // A step's computation begins: its shard's schedule, the clock, the phase.
+  static computed start_computing(const step_shard& shard, device_control& control);
 
   // Marks backward (the first layer gradients done) and passes them on.
   class backward_marker final : public gradient_listener {

@@ -18,8 +18,9 @@
 // A cut must reach a device in the middle of its step, but an actor reads its
 // mailbox only between messages. The reducer therefore stores the step number
 // in the member's device_control, which the device reads between
-// micro-batches (across processes, the node actor will do the store when a cut
-// message arrives). The reducer learns who is late from the members that wait
+// micro-batches. That memory is in the reducer's process only: across
+// processes there are no cuts (a coordinator's run plans none, See
+// coordinator_role::steer). The reducer learns who is late from the members that wait
 // for them (late_msg). A cut device stops before its next micro-batch, joins
 // the collective with the samples it has, and reports the untouched indices
 // (shard_cut_msg); the loader hands them out again later in the epoch.

@@ -15,8 +15,8 @@
 
 namespace dpactor {
 
-// See notes/distributed.md: peers of another program version share no
-// identifier and are refused by CAF itself.
+// Peers of another program version share no identifier and are refused by
+// CAF itself (incompatible_application_ids).
 constexpr const char* app_identifier = "dpactor-0.1.0";
 
 std::unique_ptr<caf::actor_system_config> make_network_config(std::chrono::milliseconds heartbeat,

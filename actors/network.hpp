@@ -1,9 +1,8 @@
 #pragma once
-// What every process of a multi-node job sets up the same way
-// (notes/distributed.md, "Every process"): the actor system with CAF's
-// networking, heartbeats so that a silent peer is dropped, and the
-// application identifier that refuses a peer of another version; and the
-// local address that faces the coordinator, for Gloo's connections.
+// What every process of a multi-node job sets up the same way: the actor
+// system with CAF's networking, heartbeats so that a silent peer is dropped,
+// and the application identifier that refuses a peer of another version; and
+// the local address that faces the coordinator, for Gloo's connections.
 
 #include <chrono>
 #include <cstdint>

@@ -5,7 +5,7 @@
 // shared memory between them (See Note [Same-machine ranks share memory]).
 // Prints the median, p10 and p90 of each; N defaults to the default MLP's
 // gradient size (784-256-128-10: 235,146 floats). --pin puts rank r on CPU r
-// (notes/distributed.md: unpinned is 2-4x noisier).
+// (unpinned, measured 2-4x noisier).
 
 #include <sched.h>
 #include <sys/wait.h>

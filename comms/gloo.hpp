@@ -6,9 +6,9 @@
 //
 // Note [Gloo sums like the local backend]
 // Gloo's own algorithms sum in ring or halving-doubling order, which depends
-// on the number of ranks (and its halving-doubling reduce-scatter gives wrong
-// chunks at 3-5 ranks, notes/distributed.md). Here every rank instead sends
-// chunk c of its buffer straight to rank c, which sums the chunks in rank
+// on the number of ranks (and its halving-doubling reduce-scatter gave wrong
+// chunks at 3-5 ranks when this backend was written). Here every rank
+// instead sends chunk c of its buffer straight to rank c, which sums the chunks in rank
 // order with the local backend's own function (comms/rank_order.hpp) and
 // sends the sum back to every rank. The bytes are therefore those the local
 // backend computes from the same buffers, whether the ranks are threads or

@@ -5,7 +5,7 @@
 // not push their payloads through TCP on loopback: there every message is
 // copied into the kernel and out again by Gloo's event-loop thread, which
 // then wakes the waiting thread, and on a small machine those two wake-ups
-// per message cost more than the copies (notes/distributed.md, PERFORMANCE.md).
+// per message cost more than the copies (docs/PERFORMANCE.md).
 // Instead each such rank owns an inbox: a shared-memory segment with one ring
 // per sending rank and one doorbell. A sender copies straight into the
 // receiver's ring and rings its doorbell; the receiver, which sleeps on the

@@ -15,7 +15,7 @@
 // crosses it. The plugin is looked for in $DPACTOR_TORCH_PLUGIN, next to
 // the program (../lib/dpactor/), then where it was installed and built.
 // OMP_WAIT_POLICY is set to PASSIVE before it loads (unless set): spinning
-// OpenMP threads on busy cores made a 2 ms step 31 ms (notes/libtorch.md).
+// OpenMP threads on busy cores made a 2 ms step 31 ms.
 
 #include <cstddef>
 #include <cstdint>

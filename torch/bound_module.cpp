@@ -5,7 +5,7 @@
 // and backward accumulates into dpactor's gradients in place: bitwise what
 // the module computes on its own tensors, at no step cost (re-pointing six
 // tensors takes ~2 us, done only when a buffer changes: the pending state
-// swaps in after each step). Pitfalls, each checked (notes/libtorch.md):
+// swaps in after each step). Pitfalls, each checked:
 // set_ needs NoGradGuard; an undefined .grad would be replaced by a tensor
 // outside the buffer, so the views are never reset and the buffer is zeroed
 // here, never by torch's zero_grad; the buffers never move while bound; a

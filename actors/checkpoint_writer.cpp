@@ -14,6 +14,7 @@ checkpoint_writer_actor::behavior_type checkpoint_writer_behavior(std::shared_pt
         record.seed = setup->seed;
         record.shuffle = setup->shuffle;
         record.train_samples = setup->train_samples;
+        record.data_fingerprint = setup->data_fingerprint;
         record.config = setup->config_toml;
         checkpoint_written_msg reply{msg.step, {}, {}, msg.position.stream.committed};
         try {

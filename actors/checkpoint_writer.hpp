@@ -20,6 +20,7 @@ struct checkpoint_writer_setup {
   std::uint64_t seed = 0;
   bool shuffle = true;
   std::uint64_t train_samples = 0;
+  std::string data_fingerprint;
   std::string config_toml;
   std::int64_t keep = 0;
 };

@@ -56,6 +56,10 @@ struct coordinator_options {
 struct run_options {
   std::string resume_from;  // checkpoint directory, or a root holding `latest`
   std::string init_from;    // model.safetensors to start from (optimizer fresh)
+  // Lets the run replace checkpoints of the steps it writes that another run
+  // left in its checkpoint directory; without it such a directory is refused
+  // before anything starts (See Note [A run owns its checkpoints]).
+  bool overwrite_checkpoints = false;
   // A custom collective backend: the group of each generation, given its
   // member count. Empty: NCCL on GPUs, the in-process `local` backend on CPUs.
   std::function<std::shared_ptr<collective_group>(int members)> collective_backend;

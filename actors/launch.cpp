@@ -8,7 +8,9 @@
 
 #include "actors/backend.hpp"
 #include "config/config_file.hpp"
+#include "config/job_identity.hpp"
 #include "tensors/error.hpp"
+#include "tensors/visible_text.hpp"
 #include "train/checkpoint.hpp"
 
 namespace dpactor {
@@ -44,12 +46,27 @@ void load_initial_state(const job_config& config, const run_options& options, la
     if (!stream && r.train_samples != plan.data.train->rows)
       throw checkpoint_error(where + "the checkpoint was trained on " + std::to_string(r.train_samples) +
                              " samples, the configured training set has " + std::to_string(plan.data.train->rows));
+    // See Note [A checkpoint knows its data].
+    if (!r.data_fingerprint.empty() && r.data_fingerprint != plan.data_fingerprint) {
+      const std::string both = "the checkpoint was trained on data with fingerprint " + r.data_fingerprint +
+                               ", this run's data has " + plan.data_fingerprint;
+      if (!config.train.resume_other_data)
+        throw checkpoint_error(where + both + ": resuming on other data would mix two runs; to fine-tune on this "
+                               "data from the checkpoint, set train.resume_other_data = true (or start from its "
+                               "weights: --init-from)");
+      spdlog::warn("{}{} (train.resume_other_data = true: resuming on this data)", where, both);
+    }
     if (r.seed != static_cast<std::uint64_t>(config.train.seed) || r.shuffle != config.train.shuffle)
       throw config_error(where + "the checkpoint was trained with train.seed = " + std::to_string(r.seed) +
                          " and train.shuffle = " + (r.shuffle ? "true" : "false") +
                          "; resuming needs the same values (they define the epoch order)");
     plan.initial_state = std::make_shared<const std::vector<float>>(std::move(ckpt.state));
     plan.start_step = r.step;
+    // Resumed from its own directory, the run continues that directory's run.
+    std::error_code ec;
+    if (!config.train.checkpoint_dir.empty() &&
+        std::filesystem::equivalent(ckpt.directory.parent_path(), config.train.checkpoint_dir, ec))
+      plan.claim.resumed_step = r.step;
     plan.resume_position = r.position;
     if (stream)
       spdlog::info("resuming from {} at step {}: every record up to sequence number {} is trained; replay the stream "
@@ -75,6 +92,11 @@ void load_initial_state(const job_config& config, const run_options& options, la
 
 launch_plan prepare_launch(const job_config& config, const run_options& options, int replicas) {
   launch_plan plan;
+  if (!options.resume_from.empty() && !options.init_from.empty())
+    throw config_error("both resume_from (" + visible(options.resume_from) + ") and init_from (" +
+                       visible(options.init_from) + ") say where the run starts: resuming continues a run (weights, "
+                       "optimizer state, position in the data), init_from starts a new one from weights; give one");
+  plan.claim.overwrite = options.overwrite_checkpoints;
   plan.faults = parse_fault_specs(config.faults.inject);
   if (!config.cluster.gpus.empty())
     for (const auto& f : plan.faults)
@@ -146,6 +168,13 @@ launch_plan prepare_launch(const job_config& config, const run_options& options,
                                                       : std::max(1, hardware_cores() / replicas);
   plan.layout = plan.module ? make_state_layout(plan.module->layout(), config.optimizer, plan.module->buffer_begin())
                             : make_state_layout(config.model, config.optimizer);
+  // Note [A checkpoint knows its data]: a checkpoint records the fingerprint
+  // of the data it was trained on (the one a worker proves at join), and a
+  // resume on data of another fingerprint is refused naming both, unless
+  // train.resume_other_data says the user means it (fine-tuning). Computed
+  // only where a checkpoint is read or written: it reads every byte.
+  if (!stream && (!config.train.checkpoint_dir.empty() || !options.resume_from.empty()))
+    plan.data_fingerprint = data_fingerprint(*plan.data.train, *plan.data.test);
   load_initial_state(config, options, plan);
   const auto rows = static_cast<std::int64_t>(plan.data.train->rows);
   plan.epoch_steps = std::max<std::int64_t>(1, (rows + config.train.batch_size - 1) / config.train.batch_size);
@@ -276,7 +305,7 @@ std::shared_ptr<const checkpoint_writer_setup> make_writer_setup(const job_confi
   auto setup = std::make_shared<checkpoint_writer_setup>();
   // Locks the directory, or throws: a second run, or one that cannot write
   // there, stops here, before anything trains.
-  setup->directory = std::make_shared<checkpoint_directory>(config.train.checkpoint_dir);
+  setup->directory = std::make_shared<checkpoint_directory>(config.train.checkpoint_dir, plan.claim);
   if (setup->directory->stale_removed() > 0)
     spdlog::info("removed {} temporary folder{} of an earlier run from {}", setup->directory->stale_removed(),
                  setup->directory->stale_removed() == 1 ? "" : "s", config.train.checkpoint_dir);
@@ -284,6 +313,7 @@ std::shared_ptr<const checkpoint_writer_setup> make_writer_setup(const job_confi
   setup->seed = static_cast<std::uint64_t>(config.train.seed);
   setup->shuffle = config.train.shuffle;
   setup->train_samples = plan.data.train->rows;
+  setup->data_fingerprint = plan.data_fingerprint;
   setup->config_toml = dump_job_config(config);
   setup->keep = config.train.keep_checkpoints;
   return setup;

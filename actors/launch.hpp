@@ -16,6 +16,7 @@
 #include "actors/engine.hpp"
 #include "actors/loader.hpp"
 #include "actors/reducer.hpp"
+#include "train/checkpoint_directory.hpp"
 #include "data/loading.hpp"
 #include "tensors/torch_model.hpp"
 #include "train/fault_plan.hpp"
@@ -27,6 +28,10 @@ struct launch_plan {
   state_layout layout;
   std::shared_ptr<const std::vector<float>> initial_state;  // every device starts from it
   std::int64_t start_step = 0;                  // steps already trained (resume)
+  std::string data_fingerprint;                 // of data (config/job_identity.hpp)
+  // What the run may write into its checkpoint directory (See Note [A run
+  // owns its checkpoints]).
+  checkpoint_claim claim;
   std::optional<ledger_position> resume_position;
   std::int64_t epoch_steps = 1;                 // nominal steps per epoch
   std::int64_t run_steps = 1;                   // nominal steps of the run

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include "config/job_config.hpp"
+#include "config/key_table.hpp"
 #include "cli/exit_codes.hpp"
 #include "cli/version.hpp"
 
@@ -38,11 +39,15 @@ std::optional<int> parse_options(int argc, char** argv, options& out) {
       ->take_all();
   app.add_option("--checkpoint-dir", checkpoint_dir, "Override train.checkpoint_dir")->type_name("DIR");
   app.add_option("--checkpoint-every", checkpoint_every, "Override train.checkpoint_every")->type_name("STEPS");
-  app.add_option("--resume", out.resume,
+  auto* resume = app.add_option("--resume", out.resume,
                  "Continue from a checkpoint directory (or a root holding 'latest'); 'latest': the newest checkpoint "
                  "of this run's checkpoint directory")
       ->type_name("DIR");
-  app.add_option("--init-from", out.init_from, "Start from the weights in a model.safetensors file")->type_name("FILE");
+  auto* init_from =
+      app.add_option("--init-from", out.init_from, "Start from the weights in a model.safetensors file")->type_name("FILE");
+  app.add_flag("--overwrite-checkpoints", out.overwrite_checkpoints,
+               "Let this run replace checkpoints of the steps it writes that another run left in its checkpoint "
+               "directory (without it, such a directory is refused before training)");
   app.add_option("--serve", serve,
                  "Serve the run over HTTP at ADDR:PORT (service.listen): the dashboard at /, /metrics, /status, "
                  "/events, /healthz, /readyz, and the control endpoints with DPACTOR_SERVICE_TOKEN (docs/service.md)")
@@ -78,6 +83,12 @@ std::optional<int> parse_options(int argc, char** argv, options& out) {
   try {
     app.parse(argc, argv);
     if (!out.config_reference && out.join.empty() && model->count() == 0) throw CLI::RequiredError("--model");
+    // Both say where the run starts: which one won would be a guess.
+    if (resume->count() > 0 && init_from->count() > 0)
+      throw CLI::ValidationError("--resume and --init-from",
+                                 "both say where the run starts: --resume " + out.resume +
+                                     " continues a run (weights, optimizer state, position in the data), --init-from " +
+                                     out.init_from + " starts a new one from weights; give one");
     if (!out.join.empty() && model->count() > 0)
       throw CLI::ValidationError("--model", "a worker (--join) takes the job's config from the coordinator; "
                                             "use --set to change its data paths");
@@ -87,7 +98,7 @@ std::optional<int> parse_options(int argc, char** argv, options& out) {
   }
   auto add = [&](const char* key, const auto& value) {
     if (value) out.sets.push_back(std::string(key) + "=" + [&] {
-      if constexpr (std::is_same_v<std::decay_t<decltype(*value)>, std::string>) return "\"" + *value + "\"";
+      if constexpr (std::is_same_v<std::decay_t<decltype(*value)>, std::string>) return toml_string(*value);
       else return std::to_string(*value);
     }());
   };

@@ -19,6 +19,7 @@ struct options {
   std::vector<std::string> inject; // --inject fault specs, added to faults.inject
   std::string resume;            // --resume DIR
   std::string init_from;         // --init-from FILE
+  bool overwrite_checkpoints = false;  // --overwrite-checkpoints
   std::string metrics;           // --metrics FILE
   std::string log_level = "info";
   bool quiet = false;

@@ -44,6 +44,7 @@ struct train_config {
   bool verify_replicas = false;  // compare the state checksums of all replicas every step
   nonfinite_policy on_nonfinite = nonfinite_policy::stop;  // See Note [Non-finite steps]
   bool record_trained = false;   // every device reports what it trained (trained_event)
+  bool resume_other_data = false;  // a resume on data of another fingerprint is allowed (fine-tuning)
 };
 
 struct schedule_config {

@@ -204,6 +204,9 @@ const std::vector<key_spec>& keys() {
                                "state of the step before as a checkpoint. skip: the step's update is dropped with a "
                                "warning and training goes on (its samples are not trained again; the step counter, "
                                "which AdamW's bias correction reads, moves on).");
+    b.boolean("resume_other_data", [](job_config& c) -> bool& { return c.train.resume_other_data; },
+              "A checkpoint records the fingerprint of the data it was trained on, and a resume on other data "
+              "is refused naming both; true allows it (fine-tuning a checkpoint on new data), with a warning.");
     b.boolean("record_trained", [](job_config& c) -> bool& { return c.train.record_trained; },
               "Audit: every device reports, for every step it applied, how many samples it trained and a digest "
               "of their indices, with a checksum of the state it carried into the step (\"trained\" events and "
@@ -378,6 +381,8 @@ std::string dump_job_config(const job_config& config, dumped_keys which) {
   }
   return out;
 }
+
+std::string toml_string(const std::string& text) { return config_schema::quote(text); }
 
 std::vector<config_key_doc> config_keys() {
   std::vector<config_key_doc> docs;

@@ -18,6 +18,10 @@ enum class dumped_keys { all, read_by_the_job };
 // The effective config as TOML text; it loads back as the same config.
 std::string dump_job_config(const job_config& config, dumped_keys which = dumped_keys::all);
 
+// `text` as a TOML string value (for building section.key=value overrides):
+// double quotes, every control and invisible character escaped.
+std::string toml_string(const std::string& text);
+
 struct config_key_doc {
   std::string name;           // "train.epochs"
   std::string type;           // "integer", "float", "boolean", "string", ...

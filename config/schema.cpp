@@ -7,18 +7,19 @@
 #include <sstream>
 
 #include "tensors/error.hpp"
+#include "tensors/visible_text.hpp"
 
 namespace dpactor::config_schema {
 
 std::string location(const toml::node& node) {
   const auto& src = node.source();
-  const std::string path = src.path ? *src.path : std::string("<config>");
+  const std::string path = visible(src.path ? *src.path : std::string("<config>"));
   if (path.rfind("--set ", 0) == 0) return path;
   return path + ":" + std::to_string(src.begin.line) + ":" + std::to_string(src.begin.column);
 }
 
 [[noreturn]] void fail_at(const toml::node& node, const std::string& key, const std::string& what) {
-  throw config_error(location(node) + ": " + key + ": " + what);
+  throw config_error(location(node) + ": " + visible(key) + ": " + what);
 }
 
 std::string type_name(const toml::node& node) {

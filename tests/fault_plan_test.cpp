@@ -34,8 +34,15 @@ TEST(FaultSpec, BadSpecsNameTheProblem) {
   const std::vector<std::pair<std::string, std::string>> cases{
       {"fail:1", "'fail' needs a step"},
       {"explode:1@3", "unknown fault 'explode'"},
-      {"slow:1:0.5", "factor must be >= 1"},
-      {"jitter:0:2:20", "probability must be in [0, 1]"},
+      {"slow:1:0.5", "factor must be above 1"},
+      // A fault that cannot act is refused, not silently a no-op.
+      {"slow:1:inf", "factor must be above 1 and at most 10000"},
+      {"slow:1:1", "factor must be above 1"},
+      {"slow:1:nan", "factor must be above 1"},
+      {"jitter:0:2:20", "probability must be above 0 and at most 1"},
+      {"jitter:0:0:20", "probability must be above 0"},
+      {"jitter:0:0.5:0", "delay must be above 0 ms"},
+      {"jitter:0:0.5:inf", "delay must be above 0 ms and at most"},
       {"jitter:0:0.1:20@5", "takes no @S"},
       {"fail:x@3", "device 'x' is not a number"},
       {"fail:1@0", "steps count from 1"},

@@ -43,6 +43,7 @@ json trainer_json(const trainer_record& r) {
          {"step", r.step},
          {"epoch", r.epoch},
          {"train_samples", r.train_samples},
+         {"data_fingerprint", r.data_fingerprint},
          {"ledger", {{"epoch", r.position.epoch}, {"cursor", r.position.cursor}, {"front", r.position.front}}},
          {"rng", {{"sampler", {{"seed", r.seed}, {"shuffle", r.shuffle}}}}},
          {"config", r.config}};
@@ -73,6 +74,8 @@ trainer_record parse_trainer_json(const std::string& text, const std::string& or
     r.step = json_int(doc.at("step"), "step");
     r.epoch = json_int(doc.at("epoch"), "epoch");
     r.train_samples = static_cast<std::uint64_t>(json_int(doc.at("train_samples"), "train_samples"));
+    if (const auto fingerprint = doc.find("data_fingerprint"); fingerprint != doc.end())
+      r.data_fingerprint = fingerprint->get<std::string>();
     const json& ledger = doc.at("ledger");
     r.position.epoch = json_int(ledger.at("epoch"), "ledger.epoch");
     r.position.cursor = static_cast<std::uint64_t>(json_int(ledger.at("cursor"), "ledger.cursor"));

@@ -27,6 +27,9 @@ struct trainer_record {
   std::uint64_t seed = 0;
   bool shuffle = true;
   std::uint64_t train_samples = 0;
+  // The data's fingerprint (config/job_identity.hpp): a resume on other data
+  // is refused. Empty in checkpoints written before it was recorded.
+  std::string data_fingerprint;
   std::string config;  // the effective config, TOML
   bool checksummed = true;  // read: the checkpoint's format carries checksums (See train/checkpoint_checksum.hpp)
 };

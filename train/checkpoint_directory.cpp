@@ -10,6 +10,7 @@
 #include <string>
 
 #include "tensors/error.hpp"
+#include "tensors/visible_text.hpp"
 
 namespace dpactor {
 namespace fs = std::filesystem;
@@ -26,9 +27,44 @@ std::string holder_of(int fd) {
   return pid.empty() ? "unknown" : pid;
 }
 
+// The step of every checkpoint under `root` (a folder step-NNNNNNNN holding a
+// trainer.json), in no order.
+std::vector<std::int64_t> checkpoint_steps(const fs::path& root) {
+  std::vector<std::int64_t> steps;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() <= 5 || name.rfind("step-", 0) != 0 || !entry.is_directory(ec)) continue;
+    if (!std::all_of(name.begin() + 5, name.end(), [](char c) { return c >= '0' && c <= '9'; })) continue;
+    if (!fs::exists(entry.path() / "trainer.json", ec)) continue;
+    steps.push_back(std::stoll(name.substr(5)));
+  }
+  return steps;
+}
+
+// See Note [A run owns its checkpoints].
+void check_claim(const fs::path& root, const checkpoint_claim& claim) {
+  if (claim.overwrite) return;
+  const std::vector<std::int64_t> steps = checkpoint_steps(root);
+  if (steps.empty()) return;
+  const std::int64_t newest = *std::max_element(steps.begin(), steps.end());
+  const std::string ways = "continue it with --resume latest, give this run another checkpoint directory "
+                           "(--checkpoint-dir, train.checkpoint_dir), or let this run replace the checkpoints of the "
+                           "steps it writes with --overwrite-checkpoints (run_options::overwrite_checkpoints)";
+  const std::string where = "checkpoint directory " + visible(root.string());
+  if (!claim.resumed_step)
+    throw checkpoint_error(where + " holds the checkpoints of another run (" + std::to_string(steps.size()) +
+                           ", the newest of step " + std::to_string(newest) + "), which a new run does not replace: " +
+                           ways);
+  if (newest > *claim.resumed_step)
+    throw checkpoint_error(where + " holds checkpoints after the one this run resumes from (step " +
+                           std::to_string(*claim.resumed_step) + "; the newest is of step " + std::to_string(newest) +
+                           "), which the resumed run would replace: " + ways);
+}
+
 }  // namespace
 
-checkpoint_directory::checkpoint_directory(fs::path root) : root_(std::move(root)) {
+checkpoint_directory::checkpoint_directory(fs::path root, checkpoint_claim claim) : root_(std::move(root)) {
   std::error_code ec;
   fs::create_directories(root_, ec);
   if (ec) throw checkpoint_error("cannot create checkpoint directory " + root_.string() + ": " + ec.message());
@@ -52,6 +88,13 @@ checkpoint_directory::checkpoint_directory(fs::path root) : root_(std::move(root
     ::close(lock_fd_);
     lock_fd_ = -1;
     throw checkpoint_error("cannot write to checkpoint directory " + root_.string() + ": " + std::strerror(err));
+  }
+  try {
+    check_claim(root_, claim);
+  } catch (...) {
+    ::close(lock_fd_);
+    lock_fd_ = -1;
+    throw;
   }
   // Holding the lock, every temporary folder here is a dead run's.
   for (const auto& entry : fs::directory_iterator(root_, ec)) {

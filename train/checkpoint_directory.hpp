@@ -3,6 +3,18 @@
 // checked writable before any training, cleared of the temporary folders of
 // dead runs, and pruned only of checkpoints this run wrote.
 //
+// Note [A run owns its checkpoints]
+// A run writes only where it replaces nothing it did not write: a new run
+// refuses a directory that holds another run's checkpoints, and a resumed
+// run one that holds checkpoints after the one it resumed from (its own
+// checkpoints of those steps would replace them). Both refusals name the
+// directory, the newest checkpoint there and the ways on: continue it
+// (--resume latest), another directory, or the user's explicit consent
+// (--overwrite-checkpoints, run_options::overwrite_checkpoints), which lets
+// the run replace checkpoints of the steps it writes; nothing else is ever
+// deleted. A running job cannot otherwise tell an hour of someone's training
+// from its own.
+//
 // Without the lock, two runs started on one directory overwrote each other's
 // checkpoints and pruned each other's; without the record of what this run
 // wrote, `train.keep_checkpoints` deleted an earlier run's checkpoints and
@@ -12,6 +24,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -19,12 +32,22 @@
 
 namespace dpactor {
 
+// What a run may write into its checkpoint directory (See Note [A run owns
+// its checkpoints]).
+struct checkpoint_claim {
+  // The run resumed from a checkpoint of this directory at this step: the
+  // checkpoints up to it are the run's own history.
+  std::optional<std::int64_t> resumed_step;
+  // The user lets the run replace checkpoints of the steps it writes.
+  bool overwrite = false;
+};
+
 class checkpoint_directory {
  public:
   // Creates `root` if needed and takes its lock. Throws checkpoint_error when
-  // it cannot be created or written, or when another run holds it (naming
-  // that run's pid).
-  explicit checkpoint_directory(std::filesystem::path root);
+  // it cannot be created or written, when another run holds it (naming that
+  // run's pid), or when it holds checkpoints the claim does not cover.
+  explicit checkpoint_directory(std::filesystem::path root, checkpoint_claim claim = {});
   ~checkpoint_directory();
   checkpoint_directory(const checkpoint_directory&) = delete;
   checkpoint_directory& operator=(const checkpoint_directory&) = delete;

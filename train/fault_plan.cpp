@@ -1,14 +1,16 @@
 #include "train/fault_plan.hpp"
 
 #include <charconv>
+#include <cmath>
 
 #include "tensors/error.hpp"
+#include "tensors/visible_text.hpp"
 
 namespace dpactor {
 namespace {
 
 [[noreturn]] void bad(const std::string& text, const std::string& why) {
-  throw config_error("fault spec '" + text + "': " + why +
+  throw config_error("fault spec " + quoted(text) + ": " + why +
                      " (forms: fail:R@S, hang:R@S, slow:R:F[@S], jitter:R:P:MS, leave:R@S, join:cpu@S, perturb:R@S, nan:R@S, stuck:R@S, "
                      "crash:loader@S, crash:reducer@S)");
 }
@@ -17,9 +19,14 @@ template <class T>
 T number(const std::string& text, const std::string& field, const char* what) {
   T v{};
   auto [end, ec] = std::from_chars(field.data(), field.data() + field.size(), v);
-  if (ec != std::errc() || end != field.data() + field.size()) bad(text, std::string(what) + " '" + field + "' is not a number");
+  if (ec != std::errc() || end != field.data() + field.size()) bad(text, std::string(what) + " " + quoted(field) + " is not a number");
   return v;
 }
+
+// The most a slow or jitter fault may slow a step: far beyond any test's
+// need, and finite (an infinite factor slept for no time at all).
+constexpr double max_slow_factor = 10000.0;
+constexpr double max_jitter_ms = 3'600'000.0;  // an hour
 
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> out;
@@ -81,17 +88,21 @@ fault_spec parse_fault_spec(const std::string& text) {
     need(3, false);
     f.kind = fault_kind::slow;
     f.factor = number<double>(text, parts[2], "factor");
-    if (!(f.factor >= 1.0)) bad(text, "the slow-down factor must be >= 1");
+    // A fault that could not act would pass for one that did: a factor
+    // must slow the device down, by a finite amount.
+    if (!(f.factor > 1.0 && f.factor <= max_slow_factor))
+      bad(text, "the slow-down factor must be above 1 and at most " + std::to_string(static_cast<int>(max_slow_factor)));
   } else if (kind == "jitter") {
     need(4, false);
     if (has_step) bad(text, "jitter applies to every step; it takes no @S");
     f.kind = fault_kind::jitter;
     f.probability = number<double>(text, parts[2], "probability");
     f.delay_ms = number<double>(text, parts[3], "delay");
-    if (!(f.probability >= 0.0 && f.probability <= 1.0)) bad(text, "the probability must be in [0, 1]");
-    if (!(f.delay_ms >= 0.0)) bad(text, "the delay must be >= 0 ms");
+    if (!(f.probability > 0.0 && f.probability <= 1.0)) bad(text, "the probability must be above 0 and at most 1");
+    if (!(f.delay_ms > 0.0 && f.delay_ms <= max_jitter_ms))
+      bad(text, "the delay must be above 0 ms and at most " + std::to_string(static_cast<int>(max_jitter_ms)) + " ms");
   } else {
-    bad(text, "unknown fault '" + kind + "'");
+    bad(text, "unknown fault " + quoted(kind));
   }
   return f;
 }

@@ -46,11 +46,13 @@ void on_checkpoint_written(reducer_ptr self, const checkpoint_written_msg& msg) 
   spdlog::info("checkpoint written: {}", msg.path);
   st.book->summary().checkpoint = msg.path;
   st.last_checkpoint = msg.step;
+  // Also the checkpoint of a run that stops on an error is an event: the
+  // metrics file and the service see it before the run's end.
+  st.setup.control->emit(checkpoint_event{msg.step + 1, msg.path, msg.committed_sequence});
   if (st.current == phase::stopping) {
     fail_run(self, std::make_exception_ptr(training_error(st.stop_message + "; checkpoint written to " + msg.path)));
     return;
   }
-  st.setup.control->emit(checkpoint_event{msg.step + 1, msg.path, msg.committed_sequence});
   maybe_finish(self);
 }
 

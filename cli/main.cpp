@@ -216,14 +216,6 @@ int run(int argc, char** argv, cli::signal_watch& signals) {
     spdlog::warn("no usable GPU ({}); training on {} CPU replica{} (--cpus {})", gpus.note, engine.replica_count(),
                  engine.replica_count() == 1 ? "" : "s", engine.replica_count());
 
-  std::unique_ptr<cli::metrics_file> metrics;
-  if (!opts.metrics.empty()) {
-    try {
-      metrics = std::make_unique<cli::metrics_file>(opts.metrics);
-    } catch (const std::exception& e) {
-      return fail(e.what(), 2);
-    }
-  }
   const bool terminal = ::isatty(STDOUT_FILENO) == 1;
   cli::progress_printer progress(stdout, terminal && !opts.quiet, config.train.epochs);
   // A metrics write that fails (a full disk, an I/O error) stops the run as
@@ -270,7 +262,27 @@ int run(int argc, char** argv, cli::signal_watch& signals) {
       return fail(e.what(), cli::exit_config);
     }
   }
+  std::unique_ptr<cli::metrics_file> metrics;
+  if (!opts.metrics.empty()) {
+    try {
+      metrics = std::make_unique<cli::metrics_file>(opts.metrics);
+    } catch (const std::exception& e) {
+      return fail(e.what(), 2);
+    }
+  }
+  // Note [The summary record is last]: every metrics file ends with a
+  // summary record saying how the run ended (finished, stopped, by which
+  // signal, failed with which error and exit code), however it ends short of
+  // SIGKILL; after a failure it names the last checkpoint written.
+  std::string last_checkpoint;
+  const auto write_summary = [&](json record, const char* ended, int code) {
+    record["ended"] = ended;
+    record["exit_code"] = code;
+    if (metrics && !(metrics->write(record) && metrics->close()) && !metrics_failed.exchange(true))
+      spdlog::error("{}", metrics->error().value_or(""));
+  };
   engine.on_event([&](const event& e) {
+    if (const auto* c = std::get_if<checkpoint_event>(&e)) last_checkpoint = c->path;
     if (board) board->on_event(e);
     if (events) events->on_event(e);
     if (metrics && !metrics->write(to_json(e)) && !metrics_failed.exchange(true)) {
@@ -285,19 +297,30 @@ int run(int argc, char** argv, cli::signal_watch& signals) {
     engine.stop();
   });
 
-  engine.start();
   const run_summary summary = [&] {
     try {
+      engine.start();
       return engine.wait();
-    } catch (...) {
+    } catch (const std::exception& e) {
       threads_left_behind = engine.left_threads_behind();
+      const auto* known = dynamic_cast<const dpactor::error*>(&e);
+      const int code = known ? cli::exit_code_for(known->kind()) : cli::exit_internal;
+      write_summary({{"event", "summary"}, {"error", e.what()}, {"checkpoint", last_checkpoint}}, "failed", code);
       throw;
     }
   }();
   threads_left_behind = engine.left_threads_behind();
   if (board) board->set_running(false);
-  if (metrics && !(metrics->write(to_json(summary)) && metrics->close()) && !metrics_failed.exchange(true))
-    spdlog::error("{}", metrics->error().value_or(""));
+  const int sig = signals.received();
+  const int code = metrics_failed ? cli::exit_internal : sig != 0 ? cli::exit_code_for_signal(sig) : cli::exit_success;
+  write_summary(to_json(summary),
+                metrics_failed   ? "stopped: the metrics file could not be written"
+                : sig == SIGINT  ? "stopped by SIGINT"
+                : sig == SIGTERM ? "stopped by SIGTERM"
+                : sig == SIGHUP  ? "stopped by SIGHUP"
+                : summary.stopped ? "stopped"
+                                  : "finished",
+                code);
   progress.print_summary(summary);
   if (metrics_failed) {
     if (summary.stopped && !summary.checkpoint.empty())
@@ -305,12 +328,12 @@ int run(int argc, char** argv, cli::signal_watch& signals) {
                     summary.checkpoint);
     return cli::exit_internal;
   }
-  if (const int sig = signals.received(); sig != 0) {
+  if (sig != 0) {
     if (!summary.checkpoint.empty())
       spdlog::warn("stopped by signal; resume with --resume {}", summary.checkpoint);
-    return cli::exit_code_for_signal(sig);
+    return code;
   }
-  return 0;
+  return code;
 }
 
 }  // namespace

@@ -124,6 +124,20 @@ class cli_process {
   std::filesystem::path log_;
 };
 
+// The message of the `Error` that f() throws, or "(no error)" when it throws
+// none: a test then checks that the message names the file, key or value.
+// Another exception is not caught, and fails the test.
+inline const std::string no_error = "(no error)";
+template <class Error, class F>
+std::string error_of(F&& f) {
+  try {
+    std::forward<F>(f)();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return no_error;
+}
+
 // Polls `condition` every millisecond until it holds (true) or `limit` passes (false).
 bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds limit);
 

@@ -50,16 +50,6 @@ struct fixture {
   }();
 };
 
-template <class F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const checkpoint_error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 TEST(Checkpoint, RoundTripsStateAndTrainerRecord) {
   testing::scratch_dir dir;
   fixture fx;
@@ -183,7 +173,7 @@ TEST(CheckpointDirectory, PrunesOnlyCheckpointsThisRunWrote) {
 TEST(CheckpointDirectory, ASecondRunIsRefusedNamingTheHoldersPid) {
   testing::scratch_dir dir;
   checkpoint_directory first(dir.path());
-  const std::string message = error_of([&] { checkpoint_directory second(dir.path()); });
+  const std::string message = testing::error_of<checkpoint_error>([&] { checkpoint_directory second(dir.path()); });
   EXPECT_NE(message.find(dir.path().string() + " is in use by another run (pid " + std::to_string(::getpid()) + ")"),
             std::string::npos)
       << message;
@@ -198,7 +188,7 @@ TEST(CheckpointDirectory, TheLockIsReleasedWithTheRun) {
 TEST(CheckpointDirectory, ADirectoryThatCannotBeCreatedIsRefusedAtOnce) {
   testing::scratch_dir dir;
   testing::write_text(dir / "a-file", "");
-  const std::string message = error_of([&] { checkpoint_directory run(dir / "a-file" / "ckpt"); });
+  const std::string message = testing::error_of<checkpoint_error>([&] { checkpoint_directory run(dir / "a-file" / "ckpt"); });
   EXPECT_NE(message.find("cannot create checkpoint directory " + (dir / "a-file" / "ckpt").string()), std::string::npos)
       << message;
 }
@@ -302,7 +292,7 @@ INSTANTIATE_TEST_SUITE_P(EveryPoint, CheckpointCrash,
 
 TEST(Checkpoint, MissingCheckpointIsNamed) {
   fixture fx;
-  EXPECT_NE(error_of([&] { read_checkpoint("/nonexistent/ckpt", fx.layout); }).find("/nonexistent/ckpt: no such checkpoint"),
+  EXPECT_NE(testing::error_of<checkpoint_error>([&] { read_checkpoint("/nonexistent/ckpt", fx.layout); }).find("/nonexistent/ckpt: no such checkpoint"),
             std::string::npos);
 }
 
@@ -312,7 +302,7 @@ TEST(Checkpoint, TruncatedModelFileIsNamed) {
   const fs::path written = write_checkpoint(dir.path(), fx.layout, fx.state, fx.record);
   const std::string bytes = testing::read_text(written / "model.safetensors");
   testing::write_text(written / "model.safetensors", bytes.substr(0, bytes.size() - 10));
-  const std::string msg = error_of([&] { read_checkpoint(dir.path(), fx.layout); });
+  const std::string msg = testing::error_of<checkpoint_error>([&] { read_checkpoint(dir.path(), fx.layout); });
   EXPECT_NE(msg.find("model.safetensors: not a valid safetensors file"), std::string::npos) << msg;
   EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
 }
@@ -324,7 +314,7 @@ TEST(Checkpoint, BadHeaderIsNamed) {
   std::string bytes = testing::read_text(written / "optimizer.safetensors");
   bytes[10] = '#';
   testing::write_text(written / "optimizer.safetensors", bytes);
-  const std::string msg = error_of([&] { read_checkpoint(written, fx.layout); });
+  const std::string msg = testing::error_of<checkpoint_error>([&] { read_checkpoint(written, fx.layout); });
   EXPECT_NE(msg.find("optimizer.safetensors: not a valid safetensors file: header"), std::string::npos) << msg;
 }
 
@@ -333,7 +323,7 @@ TEST(Checkpoint, CorruptTrainerRecordIsNamed) {
   fixture fx;
   const fs::path written = write_checkpoint(dir.path(), fx.layout, fx.state, fx.record);
   testing::write_text(written / "trainer.json", "{\"format\": \"dpactor-checkpoint-1\"}");
-  const std::string msg = error_of([&] { read_checkpoint(written, fx.layout); });
+  const std::string msg = testing::error_of<checkpoint_error>([&] { read_checkpoint(written, fx.layout); });
   EXPECT_NE(msg.find("trainer.json: corrupt trainer record"), std::string::npos) << msg;
 }
 
@@ -343,7 +333,7 @@ TEST(Checkpoint, MalformedTrainerJsonIsNamed) {
   const fs::path written = write_checkpoint(dir.path(), fx.layout, fx.state, fx.record);
   const std::string good = testing::read_text(written / "trainer.json");
   testing::write_text(written / "trainer.json", good.substr(0, good.size() / 2));
-  std::string msg = error_of([&] { read_checkpoint(written, fx.layout); });
+  std::string msg = testing::error_of<checkpoint_error>([&] { read_checkpoint(written, fx.layout); });
   EXPECT_NE(msg.find("trainer.json: corrupt trainer record"), std::string::npos) << msg;
   EXPECT_NE(msg.find("parse error"), std::string::npos) << msg;
   // A step count that is not an integer is corrupt too.
@@ -352,7 +342,7 @@ TEST(Checkpoint, MalformedTrainerJsonIsNamed) {
   ASSERT_NE(at, std::string::npos) << good;
   fractional.insert(fractional.find_first_of(",}", at), ".5");
   testing::write_text(written / "trainer.json", fractional);
-  msg = error_of([&] { read_checkpoint(written, fx.layout); });
+  msg = testing::error_of<checkpoint_error>([&] { read_checkpoint(written, fx.layout); });
   EXPECT_NE(msg.find("trainer.json: checksum mismatch"), std::string::npos) << msg;
   // Without the checksum (a format-1 checkpoint, written before checksums),
   // the value itself is refused.
@@ -360,7 +350,7 @@ TEST(Checkpoint, MalformedTrainerJsonIsNamed) {
   unchecked.replace(unchecked.find("dpactor-checkpoint-2"), 20, "dpactor-checkpoint-1");
   unchecked.erase(unchecked.find(",\"crc32\""), std::string(",\"crc32\":\"00000000\"").size());
   testing::write_text(written / "trainer.json", unchecked);
-  msg = error_of([&] { read_checkpoint(written, fx.layout); });
+  msg = testing::error_of<checkpoint_error>([&] { read_checkpoint(written, fx.layout); });
   EXPECT_NE(msg.find("step: expected an integer"), std::string::npos) << msg;
 }
 
@@ -369,7 +359,7 @@ TEST(Checkpoint, ShapeMismatchNamesTheTensor) {
   fixture fx;
   write_checkpoint(dir.path(), fx.layout, fx.state, fx.record);
   const state_layout other = make_state_layout(mlp_spec{{6, 4, 3}, activation::relu, loss_kind::cross_entropy}, optimizer_config{});
-  const std::string msg = error_of([&] { read_checkpoint(dir.path(), other); });
+  const std::string msg = testing::error_of<checkpoint_error>([&] { read_checkpoint(dir.path(), other); });
   EXPECT_NE(msg.find("tensor \"0.weight\" has shape [5, 6], the model needs [4, 6]"), std::string::npos) << msg;
 }
 
@@ -378,10 +368,10 @@ TEST(ModelWeights, MissingTensorAndWrongShapeAreNamed) {
   fixture fx;
   const std::vector<float> w(30, 1.0f), b(5, 0.0f);
   save_safetensors(dir / "partial.safetensors", {{"0.weight", {5, 6}, w}, {"0.bias", {5}, b}}, {});
-  EXPECT_NE(error_of([&] { read_model_weights(dir / "partial.safetensors", fx.layout); }).find("tensor \"2.weight\" is missing"),
+  EXPECT_NE(testing::error_of<checkpoint_error>([&] { read_model_weights(dir / "partial.safetensors", fx.layout); }).find("tensor \"2.weight\" is missing"),
             std::string::npos);
   save_safetensors(dir / "wrong.safetensors", {{"0.weight", {6, 5}, w}}, {});
-  EXPECT_NE(error_of([&] { read_model_weights(dir / "wrong.safetensors", fx.layout); })
+  EXPECT_NE(testing::error_of<checkpoint_error>([&] { read_model_weights(dir / "wrong.safetensors", fx.layout); })
                 .find("wrong.safetensors: tensor \"0.weight\" has shape [6, 5], the model needs [5, 6]"),
             std::string::npos);
 }

@@ -43,13 +43,14 @@ class Cli : public ::testing::Test {
                                              data_section + "[train]\nepochs = 2\nbatch_size = 8\n" + extra);
   }
 
-  // Returns once `child` has reported a step (its metrics file is m.jsonl); a
-  // child that ended first, or reported nothing in 120 s, fails the test.
-  void wait_until_training(testing::cli_process& child) {
+  // Returns once `child` has written `record` to its metrics file (m.jsonl),
+  // by default any step record; a child that ended first, or wrote none in
+  // 120 s, fails the test.
+  void wait_until_training(testing::cli_process& child, const std::string& record = R"("event":"step")") {
     ASSERT_TRUE(testing::eventually(
-        [&] { return !child.running() || testing::read_text(dir / "m.jsonl").find("\"event\":\"step\"") != std::string::npos; },
+        [&] { return !child.running() || testing::read_text(dir / "m.jsonl").find(record) != std::string::npos; },
         std::chrono::seconds(120)))
-        << "no step within 120 s: " << child.output_so_far();
+        << "no " << record << " within 120 s: " << child.output_so_far();
     ASSERT_TRUE(child.running()) << "the run ended before the signal: " << child.output_so_far();
   }
 
@@ -197,12 +198,8 @@ TEST_F(Cli, SigintMidEpochCheckpointsAndTheResumedRunCompletes) {
   testing::cli_process child(
       {"--model", "job.cfg", "--cpus", "2", "--epochs", "200", "--set", "train.log_every=1", "--metrics", "m.jsonl"},
       dir.path());
-  // Wait until training is under way (a step record exists), then interrupt.
-  ASSERT_TRUE(testing::eventually(
-      [&] { return !child.running() || testing::read_text(dir / "m.jsonl").find("\"event\":\"step\",\"step\":7") != std::string::npos; },
-      std::chrono::seconds(120)))
-      << "no step 7 within 120 s: " << child.output_so_far();
-  ASSERT_TRUE(child.running()) << "the run ended before the signal: " << child.output_so_far();
+  // Wait until training is under way (step 7's record exists), then interrupt.
+  ASSERT_NO_FATAL_FAILURE(wait_until_training(child, R"("event":"step","step":7)"));
   child.signal(SIGINT);
   const auto stopped = child.wait();
   EXPECT_EQ(stopped.exit_code, 130) << stopped.output;
@@ -220,11 +217,7 @@ TEST_F(Cli, ASecondRunOnTheSameCheckpointDirectoryStopsAtOnceAndTheFirstIsUntouc
   testing::cli_process first({"--model", "job.cfg", "--epochs", "100000", "--set", "train.log_every=1", "--metrics",
                               "m.jsonl", "--checkpoint-dir", "shared", "--checkpoint-every", "5"},
                              dir.path());
-  ASSERT_TRUE(testing::eventually(
-      [&] { return !first.running() || testing::read_text(dir / "m.jsonl").find("\"event\":\"step\"") != std::string::npos; },
-      std::chrono::seconds(120)))
-      << first.output_so_far();
-  ASSERT_TRUE(first.running()) << first.output_so_far();
+  ASSERT_NO_FATAL_FAILURE(wait_until_training(first));
   fs::create_directories(dir / "second");  // its own working directory, for its own output file
   const auto second = testing::run_cli(
       {"--model", (dir / "job.cfg").string(), "--checkpoint-dir", (dir / "shared").string()}, dir / "second");

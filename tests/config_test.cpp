@@ -13,13 +13,9 @@
 namespace dpactor {
 namespace {
 
-std::string error_of(const std::string& text, const std::vector<std::string>& sets = {}) {
-  try {
-    parse_job_config(text, "job.cfg", sets);
-  } catch (const config_error& e) {
-    return e.what();
-  }
-  return "(no error)";
+// The config_error that parsing `text` (a job.cfg) with `sets` gives.
+std::string parse_error(const std::string& text, const std::vector<std::string>& sets = {}) {
+  return testing::error_of<config_error>([&] { parse_job_config(text, "job.cfg", sets); });
 }
 
 TEST(Config, DefaultJobFileParses) {
@@ -58,48 +54,48 @@ collective_timeout_s = 5
 }
 
 TEST(Config, MalformedTomlNamesLineAndColumn) {
-  const std::string msg = error_of("[train]\nepochs = = 3\n");
+  const std::string msg = parse_error("[train]\nepochs = = 3\n");
   EXPECT_NE(msg.find("job.cfg:2:"), std::string::npos) << msg;
   EXPECT_NE(msg.find("malformed TOML"), std::string::npos) << msg;
 }
 
 TEST(Config, UnknownKeyIsNamedWithASuggestion) {
-  const std::string msg = error_of("[train]\nepochs = 3\nepoch = 4\n");
+  const std::string msg = parse_error("[train]\nepochs = 3\nepoch = 4\n");
   EXPECT_NE(msg.find("job.cfg:3:9: train.epoch: unknown key (did you mean 'train.epochs'?)"), std::string::npos) << msg;
 }
 
 TEST(Config, UnknownSectionIsNamed) {
-  const std::string msg = error_of("[trian]\nepochs = 3\n");
+  const std::string msg = parse_error("[trian]\nepochs = 3\n");
   EXPECT_NE(msg.find("job.cfg:1:1: trian: unknown section [trian]"), std::string::npos) << msg;
 }
 
 TEST(Config, WrongTypeIsNamed) {
-  const std::string msg = error_of("[train]\nepochs = \"ten\"\n");
+  const std::string msg = parse_error("[train]\nepochs = \"ten\"\n");
   EXPECT_NE(msg.find("job.cfg:2:10: train.epochs: expected an integer, found a string"), std::string::npos) << msg;
 }
 
 TEST(Config, NegativeLearningRateIsOutOfRange) {
-  const std::string msg = error_of("[optimizer]\nlr = -0.1\n");
+  const std::string msg = parse_error("[optimizer]\nlr = -0.1\n");
   EXPECT_NE(msg.find("job.cfg:2:6: optimizer.lr: value -0.1 is out of range: must be > 0.0"), std::string::npos) << msg;
 }
 
 TEST(Config, UnknownChoiceListsTheChoices) {
-  const std::string msg = error_of("[optimizer]\nname = \"adam\"\n");
+  const std::string msg = parse_error("[optimizer]\nname = \"adam\"\n");
   EXPECT_NE(msg.find("optimizer.name: unknown value \"adam\": expected one of \"sgd\", \"adamw\""), std::string::npos) << msg;
 }
 
 TEST(Config, LayerEntriesAreChecked) {
-  EXPECT_NE(error_of("[model]\nlayers = [10]\n").find("needs at least two entries"), std::string::npos);
-  EXPECT_NE(error_of("[model]\nlayers = [10, 0, 2]\n").find("model.layers[1]: value 0 is out of range"), std::string::npos);
+  EXPECT_NE(parse_error("[model]\nlayers = [10]\n").find("needs at least two entries"), std::string::npos);
+  EXPECT_NE(parse_error("[model]\nlayers = [10, 0, 2]\n").find("model.layers[1]: value 0 is out of range"), std::string::npos);
 }
 
 TEST(Config, ATorchscriptModelNeedsItsFileAndInputShape) {
-  EXPECT_NE(error_of("[model]\nkind = \"torchscript\"\ninput_shape = [16]\n").find("model.kind = \"torchscript\" needs model.path"),
+  EXPECT_NE(parse_error("[model]\nkind = \"torchscript\"\ninput_shape = [16]\n").find("model.kind = \"torchscript\" needs model.path"),
             std::string::npos);
-  EXPECT_NE(error_of("[model]\nkind = \"torchscript\"\npath = \"m.pt\"\n").find("needs model.input_shape"),
+  EXPECT_NE(parse_error("[model]\nkind = \"torchscript\"\npath = \"m.pt\"\n").find("needs model.input_shape"),
             std::string::npos);
-  EXPECT_NE(error_of("[model]\nkind = \"torch\"\n").find("expected one of \"mlp\", \"torchscript\""), std::string::npos);
-  EXPECT_NE(error_of("[model]\ninput_shape = [1, 0]\n").find("model.input_shape[1]: value 0 is out of range"),
+  EXPECT_NE(parse_error("[model]\nkind = \"torch\"\n").find("expected one of \"mlp\", \"torchscript\""), std::string::npos);
+  EXPECT_NE(parse_error("[model]\ninput_shape = [1, 0]\n").find("model.input_shape[1]: value 0 is out of range"),
             std::string::npos);
 }
 
@@ -115,7 +111,7 @@ TEST(Config, ATorchscriptPathIsRelativeToTheConfigFile) {
 }
 
 TEST(Config, CrossKeyRulesAreChecked) {
-  const std::string msg = error_of("[optimizer]\nmomentum = 0.0\nnesterov = true\n");
+  const std::string msg = parse_error("[optimizer]\nmomentum = 0.0\nnesterov = true\n");
   EXPECT_NE(msg.find("optimizer.nesterov = true needs optimizer.momentum > 0"), std::string::npos) << msg;
 }
 
@@ -125,16 +121,16 @@ TEST(Config, SetOverridesApplyWithTheSameChecks) {
   EXPECT_EQ(c.train.epochs, 7);
   EXPECT_EQ(c.optimizer.kind, optimizer_kind::adamw) << "a bare word is a string";
   EXPECT_EQ(c.model.sizes, (std::vector<int>{4, 8, 2}));
-  EXPECT_NE(error_of("", {"train.epochs=abc"}).find("--set train.epochs=abc: train.epochs: expected an integer"),
+  EXPECT_NE(parse_error("", {"train.epochs=abc"}).find("--set train.epochs=abc: train.epochs: expected an integer"),
             std::string::npos);
-  EXPECT_NE(error_of("", {"train.nope=1"}).find("train.nope: unknown key"), std::string::npos);
-  EXPECT_NE(error_of("", {"epochs=1"}).find("expected section.key=value"), std::string::npos);
+  EXPECT_NE(parse_error("", {"train.nope=1"}).find("train.nope: unknown key"), std::string::npos);
+  EXPECT_NE(parse_error("", {"epochs=1"}).find("expected section.key=value"), std::string::npos);
 }
 
 // Found by fuzz/config_fuzz.cpp: a --set value that is not UTF-8 failed both
 // readings (as TOML, then as a string) and escaped as a toml::parse_error.
 TEST(Config, ASetValueThatIsNotUtf8IsAConfigErrorNamingTheOverride) {
-  const std::string msg = error_of("", {"optimizer.lr=0.\xc5\xf5"});
+  const std::string msg = parse_error("", {"optimizer.lr=0.\xc5\xf5"});
   EXPECT_NE(msg.find("--set optimizer.lr=0."), std::string::npos) << msg;
   EXPECT_NE(msg.find("neither a TOML value nor a string"), std::string::npos) << msg;
 }

@@ -28,16 +28,6 @@ void write_gz(const std::filesystem::path& path, const std::string& bytes) {
   gzclose(f);
 }
 
-template <class F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const data_error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 TEST(Idx, ReadsPlainAndGzipFilesAlike) {
   scratch_dir dir;
   const std::vector<std::uint8_t> pixels{0, 1, 2, 3, 4, 5, 250, 251, 252, 253, 254, 255};
@@ -65,7 +55,7 @@ TEST(Idx, ReadsTheInstalledFashionMnist) {
 TEST(Idx, WrongMagicIsNamed) {
   scratch_dir dir;
   testing::write_text(dir / "bad.idx", "\x12\x34\x56\x78" + std::string(16, '\0'));
-  const std::string msg = error_of([&] { read_idx(dir / "bad.idx"); });
+  const std::string msg = testing::error_of<data_error>([&] { read_idx(dir / "bad.idx"); });
   EXPECT_NE(msg.find("bad.idx"), std::string::npos) << msg;
   EXPECT_NE(msg.find("bad magic number 0x12345678"), std::string::npos) << msg;
 }
@@ -77,13 +67,13 @@ TEST(Idx, TruncatedGzipIsNamed) {
   write_gz(dir / "full.gz", testing::idx_bytes(0x08, {10, 400}, pixels));
   const std::string gz = testing::read_text(dir / "full.gz");
   testing::write_text(dir / "cut.gz", gz.substr(0, gz.size() / 2));
-  const std::string msg = error_of([&] { read_idx(dir / "cut.gz"); });
+  const std::string msg = testing::error_of<data_error>([&] { read_idx(dir / "cut.gz"); });
   EXPECT_NE(msg.find("cut.gz"), std::string::npos) << msg;
   EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
 }
 
 TEST(Idx, MissingFileIsNamed) {
-  const std::string msg = error_of([] { read_idx("/nonexistent/train.idx"); });
+  const std::string msg = testing::error_of<data_error>([] { read_idx("/nonexistent/train.idx"); });
   EXPECT_NE(msg.find("/nonexistent/train.idx: no such file"), std::string::npos) << msg;
 }
 
@@ -92,7 +82,7 @@ TEST(Idx, DimensionsWhoseProductOverflowsAreRefused) {
   // for a header that declares 2^64.
   scratch_dir dir;
   testing::write_text(dir / "wrap.idx", testing::idx_bytes(0x08, {65536, 65536, 65536, 65536}, {}));
-  const std::string msg = error_of([&] { read_idx(dir / "wrap.idx"); });
+  const std::string msg = testing::error_of<data_error>([&] { read_idx(dir / "wrap.idx"); });
   EXPECT_NE(msg.find("wrap.idx: header declares dimensions 65536 x 65536 x 65536 x 65536, whose product overflows"),
             std::string::npos)
       << msg;
@@ -101,13 +91,13 @@ TEST(Idx, DimensionsWhoseProductOverflowsAreRefused) {
 TEST(Idx, DimensionsBeyondThePlainFilesSizeAreRefusedBeforeAllocating) {
   scratch_dir dir;
   testing::write_text(dir / "big.idx", testing::idx_bytes(0x08, {100000, 1000}, std::vector<std::uint8_t>(10)));
-  const std::string msg = error_of([&] { read_idx(dir / "big.idx"); });
+  const std::string msg = testing::error_of<data_error>([&] { read_idx(dir / "big.idx"); });
   EXPECT_NE(msg.find("big.idx: truncated: the 100000000 values its header declares (100000 x 1000) take 100000000 "
                      "bytes after the 12-byte header, but the file has only 10"),
             std::string::npos)
       << msg;
   testing::write_text(dir / "long.idx", testing::idx_bytes(0x08, {2}, {1, 2, 3}));
-  EXPECT_NE(error_of([&] { read_idx(dir / "long.idx"); }).find("long.idx: has data after the 2 values"), std::string::npos);
+  EXPECT_NE(testing::error_of<data_error>([&] { read_idx(dir / "long.idx"); }).find("long.idx: has data after the 2 values"), std::string::npos);
 }
 
 TEST(Idx, AGzipHeaderDeclaringAGibibyteAllocatesOnlyWhatTheStreamHolds) {
@@ -121,7 +111,7 @@ TEST(Idx, AGzipHeaderDeclaringAGibibyteAllocatesOnlyWhatTheStreamHolds) {
     return usage.ru_maxrss;
   };
   const long before = peak_kib();
-  const std::string msg = error_of([&] { read_idx(dir / "claims.idx.gz"); });
+  const std::string msg = testing::error_of<data_error>([&] { read_idx(dir / "claims.idx.gz"); });
   EXPECT_NE(msg.find("claims.idx.gz: truncated: the file ends after 112 bytes, inside the 1073741824 values"),
             std::string::npos)
       << msg;
@@ -149,21 +139,21 @@ TEST(Csv, LabelColumnCanBeLast) {
 TEST(Csv, RaggedRowNamesFileAndLine) {
   scratch_dir dir;
   testing::write_text(dir / "r.csv", "1,2,3\n0,1\n");
-  const std::string msg = error_of([&] { read_csv(dir / "r.csv", {false, 0, 3}); });
+  const std::string msg = testing::error_of<data_error>([&] { read_csv(dir / "r.csv", {false, 0, 3}); });
   EXPECT_NE(msg.find("r.csv:2: ragged row: 2 fields, expected 3"), std::string::npos) << msg;
 }
 
 TEST(Csv, NonNumberNamesLineAndField) {
   scratch_dir dir;
   testing::write_text(dir / "n.csv", "1,2,3\n0,x,1\n");
-  const std::string msg = error_of([&] { read_csv(dir / "n.csv", {false, 0, 3}); });
+  const std::string msg = testing::error_of<data_error>([&] { read_csv(dir / "n.csv", {false, 0, 3}); });
   EXPECT_NE(msg.find("n.csv:2: field 2: 'x' is not a finite number"), std::string::npos) << msg;
 }
 
 TEST(Csv, LabelOutOfRangeIsNamed) {
   scratch_dir dir;
   testing::write_text(dir / "l.csv", "1,2\n7,1\n");
-  const std::string msg = error_of([&] { read_csv(dir / "l.csv", {false, 0, 3}); });
+  const std::string msg = testing::error_of<data_error>([&] { read_csv(dir / "l.csv", {false, 0, 3}); });
   EXPECT_NE(msg.find("label 7 of sample 1 is out of range: the model has 3 classes"), std::string::npos) << msg;
 }
 
@@ -172,14 +162,14 @@ TEST(Csv, ALabelOutsideTheClassesIsRefusedWithFileAndLineBeforeNarrowing) {
   scratch_dir dir;
   for (const std::string label : {"4294967297", "-1", "3", "99999999999999999999"}) {
     testing::write_text(dir / "l.csv", "# header\n1,2\n" + label + ",1\n");
-    const std::string msg = error_of([&] { read_csv(dir / "l.csv", {true, 0, 3}); });
+    const std::string msg = testing::error_of<data_error>([&] { read_csv(dir / "l.csv", {true, 0, 3}); });
     EXPECT_NE(msg.find("l.csv:3: field 1: label " + label + " of sample 1 is out of range: the model has 3 classes "
                        "(labels 0..2)"),
               std::string::npos)
         << msg;
   }
   testing::write_text(dir / "l.csv", "1,2\n1.5,1\n");
-  EXPECT_NE(error_of([&] { read_csv(dir / "l.csv", {false, 0, 3}); }).find("l.csv:2: field 1: label '1.5' is not an integer"),
+  EXPECT_NE(testing::error_of<data_error>([&] { read_csv(dir / "l.csv", {false, 0, 3}); }).find("l.csv:2: field 1: label '1.5' is not an integer"),
             std::string::npos);
 }
 
@@ -190,7 +180,7 @@ TEST(Loading, IdxLabelBeyondTheModelsClassesIsNamed) {
   data_config c;
   c.train_images = c.test_images = (dir / "img.idx").string();
   c.train_labels = c.test_labels = (dir / "lab.idx").string();
-  const std::string msg = error_of([&] { load_data(c, 4, 10); });
+  const std::string msg = testing::error_of<data_error>([&] { load_data(c, 4, 10); });
   EXPECT_NE(msg.find("lab.idx: label 12 of sample 1 is out of range: the model has 10 classes"), std::string::npos) << msg;
 }
 
@@ -201,7 +191,7 @@ TEST(Loading, FeatureCountDifferentFromTheModelIsNamed) {
   data_config c;
   c.train_images = c.test_images = (dir / "img.idx").string();
   c.train_labels = c.test_labels = (dir / "lab.idx").string();
-  const std::string msg = error_of([&] { load_data(c, 784, 10); });
+  const std::string msg = testing::error_of<data_error>([&] { load_data(c, 784, 10); });
   EXPECT_NE(msg.find("samples have 4 features but the model's input layer (model.layers[0]) has 784"), std::string::npos)
       << msg;
 }
@@ -213,7 +203,7 @@ TEST(Loading, ImageAndLabelCountsMustAgree) {
   data_config c;
   c.train_images = c.test_images = (dir / "img.idx").string();
   c.train_labels = c.test_labels = (dir / "lab.idx").string();
-  const std::string msg = error_of([&] { load_data(c, 4, 10); });
+  const std::string msg = testing::error_of<data_error>([&] { load_data(c, 4, 10); });
   EXPECT_NE(msg.find("has 2 samples but"), std::string::npos) << msg;
 }
 
@@ -245,7 +235,7 @@ TEST(Synthetic, ASampleCountWhoseSizeOverflowsIsADataError) {
   synthetic_options o;
   o.rows = std::size_t{1} << 62;
   o.features = 784;
-  const std::string msg = error_of([&] { make_synthetic(o); });
+  const std::string msg = testing::error_of<data_error>([&] { make_synthetic(o); });
   EXPECT_NE(msg.find("synthetic(seed=1): 4611686018427387904 samples x 784 features do not fit in memory"),
             std::string::npos)
       << msg;
@@ -255,7 +245,7 @@ TEST(Loading, ASyntheticTrainSetThatOverflowsNamesTheKeys) {
   data_config c;
   c.format = data_format::synthetic;
   c.synthetic_train = std::int64_t{1} << 62;
-  const std::string msg = error_of([&] { load_data(c, 784, 10); });
+  const std::string msg = testing::error_of<data_error>([&] { load_data(c, 784, 10); });
   EXPECT_NE(msg.find("4611686018427387904 samples x 784 features do not fit in memory"), std::string::npos) << msg;
   EXPECT_NE(msg.find("data.synthetic_train"), std::string::npos) << msg;
 }

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "comms/driver_group.hpp"
@@ -30,7 +31,7 @@ struct world {
   std::mutex mutex;
   std::deque<pending_call> calls;  // calls[0] is call number `completed`
   std::size_t completed = 0;
-  bool failed = false;
+  std::optional<std::size_t> failed;  // the number of the first call the ranks disagreed on
   bool aborted = false;  // once any driver is aborted, no call is carried out
 
   // Adds this rank's part of call `seq`; the last rank to arrive carries it out.
@@ -54,7 +55,7 @@ struct world {
     // Calls complete in order: every rank enqueued the earlier ones first.
     // An aborted rank may have freed its memory: nothing is carried out.
     if (aborted) return;
-    if (c.mismatch) failed = true;
+    if (c.mismatch && !failed) failed = completed;
     else carry_out(c);
     {
       std::lock_guard log_lock(log->mutex);
@@ -114,13 +115,15 @@ class emulated_driver final : public collective_driver {
   // notes whether its work was done when it is aborted).
   state poll(std::string& error) override {
     std::lock_guard lock(world_->mutex);
+    // A call the ranks disagreed on is not carried out, and breaks the
+    // group: it and every later one fail.
+    if (world_->failed && seq_ > *world_->failed) {
+      error = "ranks called with different arguments";
+      return state::failed;
+    }
     if (world_->completed >= seq_) return state::done;
     if (aborted_ || world_->aborted) {
       error = "aborted";
-      return state::failed;
-    }
-    if (world_->failed) {
-      error = "ranks called with different arguments";
       return state::failed;
     }
     return state::pending;

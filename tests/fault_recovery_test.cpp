@@ -1,10 +1,14 @@
 // Faults and elasticity through the whole engine (DESIGN.md, "Membership,
-// faults, elasticity", "Exactly once"). The ledger checks at the end of every
-// epoch that each index was committed exactly once and fails the run
+// faults, elasticity", "Exactly once"): failed, hung and leaving devices,
+// joins, newcomers that adopt the survivors' state, min_devices, a replica
+// that carries other state, a diverging run. The ledger checks at the end of
+// every epoch that each index was committed exactly once and fails the run
 // otherwise, so every run below that completes has kept exactly-once; the
-// tests also check the counts it reports. Each test runs on both replica
-// kinds: the native MLP and the same network as a TorchScript module on the
-// libtorch replica (skipped, saying why, where the plugin is not built).
+// tests also check the counts it reports, and what the devices say they
+// trained. Each test runs on both replica kinds: the native MLP and the same
+// network as a TorchScript module on the libtorch replica (skipped, saying
+// why, where the plugin is not built). Cuts and stragglers:
+// tests/cut_recovery_test.
 
 #include <gtest/gtest.h>
 
@@ -18,7 +22,7 @@
 #include "actors/engine.hpp"
 #include "tensors/error.hpp"
 #include "tensors/safetensors.hpp"
-#include "tests/test_support.hpp"
+#include "tests/recorded_run.hpp"
 #include "train/checkpoint.hpp"
 
 namespace dpactor {
@@ -26,60 +30,16 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct recorded_run {
-  run_summary summary;
-  std::shared_ptr<testing::trained_evidence> trained = std::make_shared<testing::trained_evidence>();
-  std::vector<membership_event> memberships;
-  std::vector<epoch_event> epochs;
-  std::vector<recovery_event> recoveries;
-  std::vector<step_event> steps;
-};
+using testing::expect_exactly_once;
+using testing::faulty_job;
+using testing::recorded_run;
+using testing::run_recorded;
 
 class Faults : public testing::both_replicas {};
-class Schedule : public testing::both_replicas {};
 class Numerics : public testing::both_replicas {};
 
-// `trained`: where the devices' account goes; shared by runs that continue each other.
-recorded_run run(job_config c, run_options o = {}, std::shared_ptr<testing::trained_evidence> trained = nullptr) {
-  recorded_run r;
-  if (trained) r.trained = std::move(trained);
-  std::mutex m;
-  Engine engine(std::move(c), std::move(o));
-  engine.on_event([&](const event& e) {
-    r.trained->record(e);
-    std::lock_guard lock(m);
-    if (const auto* x = std::get_if<membership_event>(&e)) r.memberships.push_back(*x);
-    if (const auto* x = std::get_if<epoch_event>(&e)) r.epochs.push_back(*x);
-    if (const auto* x = std::get_if<recovery_event>(&e)) r.recoveries.push_back(*x);
-    if (const auto* x = std::get_if<step_event>(&e)) r.steps.push_back(*x);
-  });
-  engine.start();
-  r.summary = engine.wait();
-  return r;
-}
-
-// 1024 samples at batch 64: 16 steps per epoch.
-job_config faulty_job(int replicas, std::vector<std::string> faults,
-                      testing::replica_kind kind = testing::current_kind()) {
-  job_config c = testing::small_job(kind, replicas, 64, 1024);
-  c.train.epochs = 3;
-  c.train.verify_replicas = true;  // survivors and newcomers stay bitwise identical
-  c.train.record_trained = true;   // the devices' own account of what they trained
-  // Generous: on a loaded machine a step can stall past the default (1 s)
-  // and make a fault generation the test did not ask for. The hang tests set
-  // their own.
-  c.cluster.hang_timeout_s = 30;
-  c.faults.inject = std::move(faults);
-  return c;
-}
-
-// Every epoch trained every sample exactly once, by the devices' account.
-void expect_exactly_once(const recorded_run& r, std::int64_t epochs = 3) {
-  EXPECT_EQ(r.trained->check(1024, epochs), "");
-}
-
 TEST_P(Faults, AFailedDeviceCostsItsStepAndNoData) {
-  const recorded_run r = run(faulty_job(3, {"fail:1@20"}));
+  const recorded_run r = run_recorded(faulty_job(3, {"fail:1@20"}));
   ASSERT_EQ(r.memberships.size(), 2u);
   const membership_event& after = r.memberships[1];
   EXPECT_EQ(after.members, (std::vector<std::string>{"cpu:0", "cpu:2"}));
@@ -100,7 +60,7 @@ TEST_P(Faults, AFailedDeviceCostsItsStepAndNoData) {
 }
 
 TEST_P(Faults, AFailureOnTheLastStepOfAnEpochRetrainsItInThatEpoch) {
-  const recorded_run r = run(faulty_job(2, {"fail:0@16"}));
+  const recorded_run r = run_recorded(faulty_job(2, {"fail:0@16"}));
   ASSERT_EQ(r.epochs.size(), 3u);
   EXPECT_EQ(r.epochs[0].samples, 1024);
   EXPECT_EQ(r.memberships.back().members, std::vector<std::string>{"cpu:1"});
@@ -111,7 +71,7 @@ TEST_P(Faults, AHungDeviceIsDetectedWithinTheHangTimeout) {
   job_config c = faulty_job(2, {"hang:1@10"});
   c.cluster.hang_timeout_s = 0.5;
   const auto start = std::chrono::steady_clock::now();
-  const recorded_run r = run(c);
+  const recorded_run r = run_recorded(c);
   // (On a loaded machine a stall of the whole job may also end a generation
   // on the way, with nobody removed; the hang itself must remove cpu:1.)
   const auto hung = std::find_if(r.memberships.begin(), r.memberships.end(),
@@ -133,7 +93,7 @@ TEST_P(Faults, TheLastDevicesLeavingCheckpointTheirStateAndStop) {
     job_config c = faulty_job(static_cast<int>(faults.size()), faults);
     c.train.checkpoint_dir = (dir / "ckpt").string();
     try {
-      run(c);
+      run_recorded(c);
       FAIL() << "the run went on without devices";
     } catch (const training_error& e) {
       const std::string what = e.what();
@@ -146,7 +106,7 @@ TEST_P(Faults, TheLastDevicesLeavingCheckpointTheirStateAndStop) {
 }
 
 TEST_P(Faults, JoinAndLeaveTakeEffectAtTheirStepBoundaries) {
-  const recorded_run r = run(faulty_job(2, {"join:cpu@10", "leave:0@30"}));
+  const recorded_run r = run_recorded(faulty_job(2, {"join:cpu@10", "leave:0@30"}));
   ASSERT_EQ(r.memberships.size(), 3u);
   EXPECT_EQ(r.memberships[1].step, 9) << "the newcomer trains from step 10";
   EXPECT_EQ(r.memberships[1].members, (std::vector<std::string>{"cpu:0", "cpu:1", "cpu:2"}));
@@ -169,7 +129,7 @@ void expect_newcomer_adopts_the_survivors_state(std::vector<std::string> faults,
   SCOPED_TRACE(faults.back());
   job_config c = faulty_job(2, std::move(faults));
   c.train.verify_replicas = false;
-  const recorded_run r = run(c);
+  const recorded_run r = run_recorded(c);
   const auto first = r.trained->first_step_of(newcomer);
   ASSERT_TRUE(first) << newcomer << " never trained";
   const auto members = r.trained->members_of(*first);
@@ -195,8 +155,8 @@ TEST_P(Faults, ANewcomerMatchesAJobThatHadItsMembersFromTheStart) {
   grow.train.checkpoint_dir = (dir / "grow").string();
   job_config three = faulty_job(3, {});
   three.train.checkpoint_dir = (dir / "three").string();
-  const auto a = load_safetensors(fs::path(run(grow).summary.checkpoint) / "model.safetensors");
-  const auto b = load_safetensors(fs::path(run(three).summary.checkpoint) / "model.safetensors");
+  const auto a = load_safetensors(fs::path(run_recorded(grow).summary.checkpoint) / "model.safetensors");
+  const auto b = load_safetensors(fs::path(run_recorded(three).summary.checkpoint) / "model.safetensors");
   for (std::size_t t = 0; t < a.tensors.size(); ++t)
     for (std::size_t i = 0; i < a.tensors[t].values.size(); ++i)
       ASSERT_NEAR(a.tensors[t].values[i], b.tensors[t].values[i], 1e-5) << a.tensors[t].name;
@@ -207,7 +167,7 @@ TEST_P(Faults, FailingEveryDeviceCheckpointsAndStopsWithAClearError) {
   job_config c = faulty_job(2, {"fail:0@12", "fail:1@12"});
   c.train.checkpoint_dir = (dir / "ckpt").string();
   try {
-    run(c);
+    run_recorded(c);
     FAIL() << "the run did not stop";
   } catch (const training_error& e) {
     const std::string what = e.what();
@@ -220,7 +180,7 @@ TEST_P(Faults, FailingEveryDeviceCheckpointsAndStopsWithAClearError) {
   // The checkpoint resumes: the run finishes its three epochs.
   job_config resume = faulty_job(2, {});
   resume.train.checkpoint_dir = (dir / "ckpt").string();
-  const recorded_run r = run(resume, testing::resume_from(dir / "ckpt"));
+  const recorded_run r = run_recorded(resume, testing::resume_from(dir / "ckpt"));
   EXPECT_EQ(r.summary.steps, 48);
   EXPECT_EQ(r.summary.samples, 3 * 1024 - 11 * 64);
 }
@@ -231,7 +191,7 @@ TEST_P(Faults, FallingBelowMinDevicesStops) {
   c.cluster.min_devices = 2;
   c.train.checkpoint_dir = (dir / "ckpt").string();
   try {
-    run(c);
+    run_recorded(c);
     FAIL() << "trained on below min_devices";
   } catch (const training_error& e) {
     EXPECT_NE(std::string(e.what()).find("1 device left, fewer than cluster.min_devices = 2"), std::string::npos) << e.what();
@@ -252,132 +212,13 @@ TEST_P(Faults, MinDevicesAboveTheReplicasIsRefusedAtStart) {
   }
 }
 
-// Every straggler policy, with a slow and a jittery replica, in both modes:
-// every sample trained once by the devices' account, and the model learns.
-class StragglerPolicies
-    : public ::testing::TestWithParam<std::tuple<straggler_policy, std::string, bool, testing::replica_kind>> {
- protected:
-  void SetUp() override { DPACTOR_SKIP_WITHOUT(std::get<3>(GetParam())); }
-};
-
-TEST_P(StragglerPolicies, TrainEverySampleOnceAndLearn) {
-  const auto [policy, fault, reproducible, replicas] = GetParam();
-  job_config c = faulty_job(2, {fault}, replicas);
-  c.straggler.policy = policy;
-  c.train.reproducible = reproducible;
-  c.train.micro_batch = 8;  // 8 slices a step: something to steal or cut
-  const recorded_run r = run(c);
-  expect_exactly_once(r);
-  EXPECT_GT(r.summary.test_accuracy, 0.5);
-}
-
-std::string policy_case_name(const ::testing::TestParamInfo<StragglerPolicies::ParamType>& info) {
-  static const char* const names[] = {"none", "balance", "cut", "balance_cut"};
-  const std::string& fault = std::get<1>(info.param);
-  return std::string(names[static_cast<int>(std::get<0>(info.param))]) + "_" + fault.substr(0, fault.find(':')) + "_" +
-         (std::get<2>(info.param) ? "reproducible" : "fast") + "_" + testing::kind_name(std::get<3>(info.param));
-}
-
-INSTANTIATE_TEST_SUITE_P(EveryPolicy, StragglerPolicies,
-                         ::testing::Combine(::testing::Values(straggler_policy::none, straggler_policy::balance,
-                                                              straggler_policy::cut, straggler_policy::balance_cut),
-                                            ::testing::Values(std::string("slow:1:3"), std::string("jitter:1:0.5:3")),
-                                            ::testing::Bool(),
-                                            ::testing::Values(testing::replica_kind::mlp, testing::replica_kind::torch)),
-                         policy_case_name);
-
-TEST_P(Faults, CutIndicesAreTrainedLaterInTheSameEpoch) {
-  // cpu:1 is delayed 30 ms on every step: far past any deadline, so it is cut
-  // every time and its indices go to later steps of the same epoch.
-  job_config c = faulty_job(2, {"jitter:1:1.0:30"});
-  c.straggler.policy = straggler_policy::cut;
-  c.train.reproducible = false;  // cuts defer samples only then; reproducible runs steal instead
-  c.train.epochs = 1;
-  const recorded_run r = run(c);
-  ASSERT_EQ(r.epochs.size(), 1u);
-  EXPECT_EQ(r.epochs[0].samples, 1024) << "nothing dropped";
-  EXPECT_GT(r.epochs[0].requeued, 0);
-  EXPECT_GT(r.summary.cuts, 0);
-  EXPECT_GT(r.summary.steps, 16) << "re-queued indices made extra steps";
-  expect_exactly_once(r, 1);
-}
-
-// See Note [Schedule position]: 2 epochs of 16 steps under a cosine schedule
-// down to min_lr, with every step reported.
-job_config scheduled_job(std::vector<std::string> faults) {
-  job_config c = faulty_job(2, std::move(faults));
-  c.train.epochs = 2;
-  c.train.log_every = 1;
-  c.schedule.kind = schedule_kind::cosine;
-  c.schedule.min_lr = 0.001;
-  return c;
-}
-
-TEST_P(Schedule, WithoutCutsEveryStepRunsAtTheRateOfItsIndex) {
-  for (const bool reproducible : {true, false}) {
-    SCOPED_TRACE(reproducible ? "reproducible" : "fast");
-    job_config c = scheduled_job({});
-    c.train.reproducible = reproducible;
-    c.straggler.policy = straggler_policy::none;
-    const lr_schedule expected = make_lr_schedule(c, 32);
-    const recorded_run r = run(c);
-    ASSERT_EQ(r.steps.size(), 32u);
-    for (const step_event& e : r.steps) EXPECT_EQ(e.lr, expected.at(e.step - 1)) << "step " << e.step;
-  }
-}
-
-TEST_P(Schedule, StepsThatCutsAddStayInsideTheirEpochsShareOfTheSchedule) {
-  // As in CutIndicesAreTrainedLaterInTheSameEpoch: cpu:1 is cut every step,
-  // so each epoch takes more than its 16 steps.
-  job_config c = scheduled_job({"jitter:1:1.0:30"});
-  c.straggler.policy = straggler_policy::cut;
-  c.train.reproducible = false;
-  const lr_schedule expected = make_lr_schedule(c, 32);
-  const recorded_run r = run(c);
-  ASSERT_GT(r.summary.steps, 32) << "no step was added: the test proves nothing";
-  ASSERT_EQ(r.steps.size(), static_cast<std::size_t>(r.summary.steps));
-  std::int64_t epoch = -1;
-  for (const step_event& e : r.steps) {
-    EXPECT_GT(e.lr, c.schedule.min_lr) << "step " << e.step << " of " << r.summary.steps
-                                                 << " ran at min_lr, past the schedule's end";
-    if (e.epoch != epoch) {
-      epoch = e.epoch;
-      EXPECT_EQ(e.lr, expected.at(16 * epoch)) << "an epoch's first step is at its nominal start";
-    }
-    EXPECT_GT(e.lr, expected.at(16 * (epoch + 1))) << "step " << e.step << " is at or past the next epoch's rate";
-  }
-  expect_exactly_once(r, 2);
-}
-
-TEST_P(Faults, AResumeAfterCutsTrainsEverySampleOnceAcrossBothRuns) {
-  // cpu:1 is cut every step, so when the first run stops at step 20, in its
-  // first epoch, cut indices are waiting in the ledger: the checkpoint must
-  // carry them, and the resumed run train them, once.
-  testing::scratch_dir dir;
-  job_config c = faulty_job(2, {"jitter:1:1.0:30"});
-  c.straggler.policy = straggler_policy::cut;
-  c.train.reproducible = false;
-  c.train.epochs = 2;
-  c.train.checkpoint_dir = (dir / "ckpt").string();
-  auto trained = std::make_shared<testing::trained_evidence>();
-  job_config first = c;
-  first.train.max_steps = 20;
-  const recorded_run a = run(first, {}, trained);
-  ASSERT_EQ(a.summary.steps, 20);
-  ASSERT_GT(a.summary.cuts, 0) << "nothing was cut before the checkpoint: the test proves nothing";
-  ASSERT_TRUE(a.epochs.empty()) << "the first run was meant to stop inside its first epoch";
-  const recorded_run b = run(c, testing::resume_from(dir / "ckpt"), trained);
-  ASSERT_EQ(b.epochs.size(), 2u);
-  EXPECT_EQ(trained->check(1024, 2), "") << "the devices' account over both runs";
-}
-
 TEST_P(Faults, AReplicaThatCarriesOtherStateIntoAStepIsNamed) {
   // perturb:1@5 flips a bit of cpu:1's first parameter before step 5. That
   // element is rank 0's part of the update, so the step's gather would make
   // the replicas equal again: only the state carried into the step shows it.
   job_config c = faulty_job(2, {"perturb:1@5"});
   try {
-    run(c);
+    run_recorded(c);
     FAIL() << "a corrupted replica went unnoticed";
   } catch (const training_error& e) {
     const std::string what = e.what();
@@ -392,7 +233,7 @@ TEST_P(Numerics, ADivergingRunStopsAtTheFirstNonFiniteLossNamingTheStep) {
   job_config c = faulty_job(2, {});
   c.optimizer.lr = 1e6;
   try {
-    run(c);
+    run_recorded(c);
     FAIL() << "a run with lr = 1e6 ended without an error";
   } catch (const training_error& e) {
     const std::string what = e.what();
@@ -450,7 +291,7 @@ TEST_P(Faults, AFaultEvery50StepsKeepsTheLedgerAndTheAccuracy) {
   c.cluster.cpus = 2;
   c.straggler.policy = straggler_policy::none;
   c.train.record_trained = true;
-  const recorded_run clean = run(c);
+  const recorded_run clean = run_recorded(c);
   // One epoch is 469 steps: a device fails every 50 steps and a new one joins
   // right after, nine times over.
   for (int k = 1; k <= 9; ++k) {
@@ -459,7 +300,7 @@ TEST_P(Faults, AFaultEvery50StepsKeepsTheLedgerAndTheAccuracy) {
   }
   // Devices 0 and 1 start; joins become cpu:2, cpu:3, ...: the k-th failure
   // hits cpu:(k-1), which is a member by then.
-  const recorded_run faulty = run(c);
+  const recorded_run faulty = run_recorded(c);
   EXPECT_EQ(faulty.summary.membership_changes, 18);
   ASSERT_EQ(faulty.epochs.size(), 1u);
   EXPECT_EQ(faulty.epochs[0].samples, 60000) << "the ledger's count";
@@ -469,7 +310,6 @@ TEST_P(Faults, AFaultEvery50StepsKeepsTheLedgerAndTheAccuracy) {
 }
 
 DPACTOR_ON_BOTH_REPLICAS(Faults);
-DPACTOR_ON_BOTH_REPLICAS(Schedule);
 DPACTOR_ON_BOTH_REPLICAS(Numerics);
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "config/launcher_env.hpp"
 #include "tensors/error.hpp"
+#include "tests/test_support.hpp"
 
 namespace dpactor {
 namespace {
@@ -23,13 +24,9 @@ std::optional<launcher_role> role(const env_map& vars) {
   });
 }
 
-std::string error_of(const env_map& vars) {
-  try {
-    role(vars);
-  } catch (const config_error& e) {
-    return e.what();
-  }
-  return "";
+// The config_error that reading the launcher's variables `vars` gives.
+std::string role_error(const env_map& vars) {
+  return testing::error_of<config_error>([&] { role(vars); });
 }
 
 TEST(LauncherEnv, NoLauncherAndAWorldOfOneProcessAreNoRole) {
@@ -130,21 +127,21 @@ TEST(LauncherEnv, SlurmNodeLists) {
 }
 
 TEST(LauncherEnv, MalformedVariablesAreNamedWithTheirValues) {
-  EXPECT_NE(error_of({{"MASTER_ADDR", "a"}, {"MASTER_PORT", "29x"}, {"WORLD_SIZE", "2"}, {"RANK", "0"}})
+  EXPECT_NE(role_error({{"MASTER_ADDR", "a"}, {"MASTER_PORT", "29x"}, {"WORLD_SIZE", "2"}, {"RANK", "0"}})
                 .find("MASTER_PORT='29x' is not a whole number"),
             std::string::npos);
-  EXPECT_NE(error_of({{"MASTER_ADDR", "a"}, {"MASTER_PORT", "70000"}, {"WORLD_SIZE", "2"}, {"RANK", "0"}})
+  EXPECT_NE(role_error({{"MASTER_ADDR", "a"}, {"MASTER_PORT", "70000"}, {"WORLD_SIZE", "2"}, {"RANK", "0"}})
                 .find("MASTER_PORT='70000' is not a port"),
             std::string::npos);
-  EXPECT_NE(error_of({{"MASTER_ADDR", "a"}, {"MASTER_PORT", "1"}, {"WORLD_SIZE", "2"}, {"RANK", "2"}})
+  EXPECT_NE(role_error({{"MASTER_ADDR", "a"}, {"MASTER_PORT", "1"}, {"WORLD_SIZE", "2"}, {"RANK", "2"}})
                 .find("RANK=2 is not below WORLD_SIZE=2"),
             std::string::npos);
-  EXPECT_NE(error_of({{"MASTER_ADDR", "a"}, {"MASTER_PORT", "1"}, {"WORLD_SIZE", "2"}}).find("neither RANK nor GROUP_RANK"),
+  EXPECT_NE(role_error({{"MASTER_ADDR", "a"}, {"MASTER_PORT", "1"}, {"WORLD_SIZE", "2"}}).find("neither RANK nor GROUP_RANK"),
             std::string::npos);
-  EXPECT_NE(error_of({{"DPACTOR_COORDINATOR", "nohost"}}).find("DPACTOR_COORDINATOR 'nohost' is not HOST:PORT"),
+  EXPECT_NE(role_error({{"DPACTOR_COORDINATOR", "nohost"}}).find("DPACTOR_COORDINATOR 'nohost' is not HOST:PORT"),
             std::string::npos);
-  EXPECT_NE(error_of({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}}).find("SLURM_JOB_NODELIST is not"), std::string::npos);
-  EXPECT_NE(error_of({{"SLURM_PROCID", "-1"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_NODELIST", "n"}})
+  EXPECT_NE(role_error({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}}).find("SLURM_JOB_NODELIST is not"), std::string::npos);
+  EXPECT_NE(role_error({{"SLURM_PROCID", "-1"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_NODELIST", "n"}})
                 .find("SLURM_PROCID='-1' is not a whole number"),
             std::string::npos);
 }

@@ -17,25 +17,13 @@
 #include <string>
 #include <thread>
 
-#include "test_support.hpp"
+#include "tests/cluster_support.hpp"
 
 namespace dpactor {
 namespace {
 
-namespace fs = std::filesystem;
 using namespace std::chrono_literals;
-using testing::cli_process;
-using testing::eventually;
-using testing::scratch_dir;
-
-const std::string mlp_cfg = std::string(DPACTOR_SOURCE_DIR) + "/configs/mlp.cfg";
-const std::string tls_dir = std::string(DPACTOR_SOURCE_DIR) + "/tests/data/tls/";
-
-// cluster.tls.* files, mode left at auto: 10.77.0.1 is not loopback, so TLS is on.
-std::vector<std::string> tls_files(const std::string& name) {
-  return {"--set", "cluster.tls.ca=" + tls_dir + "ca.pem", "--set", "cluster.tls.certificate=" + tls_dir + name + ".pem",
-          "--set", "cluster.tls.key=" + tls_dir + name + ".key"};
-}
+using testing::fast_heartbeats;
 
 bool run(const std::string& command) { return std::system((command + " >/dev/null 2>&1").c_str()) == 0; }
 
@@ -91,38 +79,30 @@ class namespace_pair {
 TEST(Partition, TheCoordinatorsSideGoesOnAndTheCutOffWorkerFences) {
   namespace_pair ns;
   if (!ns.why_not().empty()) GTEST_SKIP() << ns.why_not();
-  scratch_dir dir;
-  fs::create_directories(dir.path() / "c");
-  fs::create_directories(dir.path() / "w");
-  // Heartbeats every 100 ms, a silent peer dropped at 500 ms (issue 12's test settings).
-  const std::vector<std::string> fast = {"--set", "cluster.heartbeat_ms=100", "--set", "cluster.connection_timeout_ms=500"};
-  std::vector<std::string> cargs = {"--coordinator", "--model", mlp_cfg,           "--listen", "10.77.0.1:0",
-                                    "--gpus",        "0",       "--cpus",          "1",        "--wait-devices",
-                                    "2",             "--set",   "train.max_steps=1000"};
-  cargs.insert(cargs.end(), fast.begin(), fast.end());
-  const auto ctls = tls_files("coordinator");
+  // TLS is on by default off loopback: the files, mode left at auto.
+  testing::cluster job("10.77.0.1");
+  std::vector<std::string> cargs = {"--cpus", "1", "--wait-devices", "2", "--set", "train.max_steps=1000"};
+  cargs.insert(cargs.end(), fast_heartbeats.begin(), fast_heartbeats.end());
+  const auto ctls = testing::tls_files("coordinator");
   cargs.insert(cargs.end(), ctls.begin(), ctls.end());
-  cli_process coordinator(cargs, dir.path() / "c", {}, ns.a());
-  const std::string port = testing::listening_port(coordinator, "10.77.0.1", 30s);
-  ASSERT_FALSE(port.empty()) << coordinator.output_so_far();
-  std::vector<std::string> wargs = {"--join", "10.77.0.1:" + port, "--node", "B", "--cpus", "1"};
-  wargs.insert(wargs.end(), fast.begin(), fast.end());
-  const auto wtls = tls_files("worker");
+  testing::coordinator_options in_a;
+  in_a.netns = ns.a();
+  ASSERT_TRUE(job.start_coordinator(cargs, in_a));
+  std::vector<std::string> wargs = fast_heartbeats;
+  const auto wtls = testing::tls_files("worker");
   wargs.insert(wargs.end(), wtls.begin(), wtls.end());
-  cli_process worker(wargs, dir.path() / "w", {}, ns.b());
-  ASSERT_TRUE(eventually([&] { return coordinator.output_so_far().find("generation 0: 2 members") != std::string::npos; }, 60s))
-      << coordinator.output_so_far() << worker.output_so_far();
+  auto worker = job.start_worker("B", 1, wargs, ns.b());
+  ASSERT_TRUE(job.coordinator_says("generation 0: 2 members")) << worker->output_so_far();
   std::this_thread::sleep_for(1s);
   ASSERT_TRUE(ns.cut_b_off());
   const auto cut = std::chrono::steady_clock::now();
-  ASSERT_TRUE(eventually([&] { return coordinator.output_so_far().find("generation 1") != std::string::npos; }, 30s))
-      << coordinator.output_so_far();
+  ASSERT_TRUE(job.coordinator_says("generation 1", 30s));
   const auto removed_after = std::chrono::steady_clock::now() - cut;
   std::printf("the cut-off worker was removed %.0f ms after the cut\n",
               std::chrono::duration<double, std::milli>(removed_after).count());
-  const auto w = worker.wait(60s);
+  const auto w = worker->wait(60s);
   const auto fenced_after = std::chrono::steady_clock::now() - cut;
-  const auto c = coordinator.wait(120s);
+  const auto c = job.coordinator().wait(120s);
   ASSERT_EQ(c.exit_code, 0) << c.output;
   EXPECT_NE(c.output.find("mutual TLS on the control plane"), std::string::npos)
       << "TLS is on by default off loopback: " << c.output;

@@ -25,6 +25,7 @@
 #include <thread>
 #include <string_view>
 
+#include "tensors/json.hpp"
 #include "tensors/safetensors.hpp"
 
 namespace dpactor::testing {
@@ -239,19 +240,23 @@ bool eventually(const std::function<bool()>& condition, std::chrono::millisecond
   return true;
 }
 
-std::string listening_port(const cli_process& p, const std::string& host, std::chrono::milliseconds limit) {
+std::string announced_port(const cli_process& p, const std::string& announcement, std::chrono::milliseconds limit) {
   std::string escaped;
-  for (const char c : host) escaped += (c == '.' ? "\\." : std::string(1, c));
-  const std::regex listening("listening on " + escaped + ":([0-9]+)");
+  for (const char c : announcement) escaped += (c == '.' ? "\\." : std::string(1, c));
+  const std::regex said(escaped + ":([0-9]+)");
   std::string port;
   eventually([&] {
     std::smatch m;
     const std::string out = p.output_so_far();
-    if (!std::regex_search(out, m, listening)) return false;
+    if (!std::regex_search(out, m, said)) return false;
     port = m[1];
     return true;
   }, limit);
   return port;
+}
+
+std::string listening_port(const cli_process& p, const std::string& host, std::chrono::milliseconds limit) {
+  return announced_port(p, "listening on " + host, limit);
 }
 
 run_summary wait_or_exit(Engine& engine, std::chrono::seconds limit, const std::string& what) {
@@ -278,6 +283,17 @@ void trained_evidence::record(const event& e) {
   samples += t->samples;
   digest += t->digest;
   carried_[t->step][t->device] = t->carried;
+}
+
+void trained_evidence::record_metrics(const fs::path& metrics) {
+  std::ifstream in(metrics);
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto j = json::parse(line);
+    if (j.value("event", "") != "trained") continue;
+    record(trained_event{j.at("device"), j.at("step").get<std::int64_t>() - 1, j.at("epoch"), j.at("samples"),
+                         j.at("digest"), j.at("carried")});
+  }
 }
 
 std::string trained_evidence::replicas_agree() const {

@@ -124,11 +124,28 @@ class cli_process {
   std::filesystem::path log_;
 };
 
+// The message of the `Error` that f() throws, or "(no error)" when it throws
+// none: a test then checks that the message names the file, key or value.
+// Another exception is not caught, and fails the test.
+inline const std::string no_error = "(no error)";
+template <class Error, class F>
+std::string error_of(F&& f) {
+  try {
+    std::forward<F>(f)();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return no_error;
+}
+
 // Polls `condition` every millisecond until it holds (true) or `limit` passes (false).
 bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds limit);
 
-// The port of a coordinator's first line, "listening on HOST:PORT", once
-// `p` has printed it; "" if it has not within `limit`.
+// The port `p` prints after `announcement` and a colon ("serving HTTP on
+// 127.0.0.1" reads PORT from "serving HTTP on 127.0.0.1:PORT"), once it has
+// printed it; "" if it has not within `limit`.
+std::string announced_port(const cli_process& p, const std::string& announcement, std::chrono::milliseconds limit);
+// The port of a coordinator's first line, "listening on HOST:PORT".
 std::string listening_port(const cli_process& p, const std::string& host, std::chrono::milliseconds limit);
 
 // Engine::wait() with a deadline. A run that neither ends nor fails by then
@@ -142,6 +159,9 @@ run_summary wait_or_exit(Engine& engine, std::chrono::seconds limit, const std::
 class trained_evidence {
  public:
   void record(const event& e);
+  // Every "trained" record of a metrics file (--metrics): a coordinator's
+  // holds every device's, a worker's sent through the network.
+  void record_metrics(const std::filesystem::path& metrics);
   // Epochs [0, epochs) each trained every index of [0, rows) exactly once:
   // the samples add up to `rows` and the digests to the digest of every index.
   // Returns "" or what is wrong, per epoch.

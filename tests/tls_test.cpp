@@ -25,13 +25,9 @@ tls_config files(const std::string& name, const std::string& ca = "ca") {
   return t;
 }
 
-std::string error_of(const tls_config& t) {
-  try {
-    check_tls_files(t, "TLS is on");
-  } catch (const config_error& e) {
-    return e.what();
-  }
-  return "";
+// The config_error that checking `t`'s files gives.
+std::string tls_error(const tls_config& t) {
+  return testing::error_of<config_error>([&] { check_tls_files(t, "TLS is on"); });
 }
 
 TEST(Tls, AutomaticIsOnExactlyOffLoopback) {
@@ -45,9 +41,9 @@ TEST(Tls, AutomaticIsOnExactlyOffLoopback) {
 }
 
 TEST(Tls, GoodFilesPass) {
-  EXPECT_EQ(error_of(files("coordinator")), "");
-  EXPECT_EQ(error_of(files("worker")), "");
-  EXPECT_EQ(error_of(files("rogue", "rogue-ca")), "");
+  EXPECT_EQ(tls_error(files("coordinator")), testing::no_error);
+  EXPECT_EQ(tls_error(files("worker")), testing::no_error);
+  EXPECT_EQ(tls_error(files("rogue", "rogue-ca")), testing::no_error);
 }
 
 TEST(Tls, EachBadFileIsNamed) {
@@ -57,30 +53,30 @@ TEST(Tls, EachBadFileIsNamed) {
 
   tls_config t = files("worker");
   t.key.clear();
-  EXPECT_NE(error_of(t).find("TLS is on, which needs cluster.tls.ca, cluster.tls.certificate and cluster.tls.key; "
+  EXPECT_NE(tls_error(t).find("TLS is on, which needs cluster.tls.ca, cluster.tls.certificate and cluster.tls.key; "
                              "cluster.tls.key not set"),
             std::string::npos)
-      << error_of(t);
+      << tls_error(t);
   t = files("worker");
   t.ca = dir + "missing.pem";
-  EXPECT_NE(error_of(t).find("cluster.tls.ca = " + dir + "missing.pem: no such file"), std::string::npos) << error_of(t);
+  EXPECT_NE(tls_error(t).find("cluster.tls.ca = " + dir + "missing.pem: no such file"), std::string::npos) << tls_error(t);
   t = files("worker");
   t.ca = junk;
-  EXPECT_NE(error_of(t).find("cluster.tls.ca = " + junk + ": not a PEM CA certificate"), std::string::npos) << error_of(t);
+  EXPECT_NE(tls_error(t).find("cluster.tls.ca = " + junk + ": not a PEM CA certificate"), std::string::npos) << tls_error(t);
   t = files("worker");
   t.certificate = junk;
-  EXPECT_NE(error_of(t).find("cluster.tls.certificate = " + junk + ": not a PEM certificate"), std::string::npos)
-      << error_of(t);
+  EXPECT_NE(tls_error(t).find("cluster.tls.certificate = " + junk + ": not a PEM certificate"), std::string::npos)
+      << tls_error(t);
   t = files("worker");
   t.key = junk;
-  EXPECT_NE(error_of(t).find("cluster.tls.key = " + junk + ": not an unencrypted PEM private key"), std::string::npos)
-      << error_of(t);
+  EXPECT_NE(tls_error(t).find("cluster.tls.key = " + junk + ": not an unencrypted PEM private key"), std::string::npos)
+      << tls_error(t);
   t = files("worker");
   t.key = dir + "rogue.key";
-  EXPECT_NE(error_of(t).find("does not belong to cluster.tls.certificate = " + dir + "worker.pem"), std::string::npos)
-      << error_of(t);
+  EXPECT_NE(tls_error(t).find("does not belong to cluster.tls.certificate = " + dir + "worker.pem"), std::string::npos)
+      << tls_error(t);
   t = files("rogue");  // trusting the test CA, which did not sign it
-  EXPECT_NE(error_of(t).find("does not pass the check against cluster.tls.ca"), std::string::npos) << error_of(t);
+  EXPECT_NE(tls_error(t).find("does not pass the check against cluster.tls.ca"), std::string::npos) << tls_error(t);
 }
 
 }  // namespace

@@ -265,7 +265,22 @@ loaded_checkpoint read_checkpoint(const fs::path& path, const state_layout& layo
   std::error_code ec;
   if (!fs::exists(path, ec)) throw checkpoint_error(path.string() + ": no such checkpoint");
   fs::path dir = path;
-  if (fs::exists(path / "latest", ec) && !fs::exists(path / "trainer.json", ec)) {
+  // A root: its newest checkpoint. Every step-* folder holding a trainer.json
+  // was verified before it took its name, so the newest one is whole even
+  // when a crash came between its rename and `latest`'s.
+  std::int64_t newest = -1;
+  if (!fs::exists(path / "trainer.json", ec))
+    for (const auto& entry : fs::directory_iterator(path, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.size() != std::string_view(checkpoint_prefix).size() + 8 || name.rfind(checkpoint_prefix, 0) != 0 ||
+          !std::all_of(name.begin() + 5, name.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+          !fs::exists(entry.path() / "trainer.json", ec))
+        continue;
+      newest = std::max<std::int64_t>(newest, std::stoll(name.substr(5)));
+    }
+  if (newest >= 0) {
+    dir = path / checkpoint_name(newest);
+  } else if (fs::exists(path / "latest", ec) && !fs::exists(path / "trainer.json", ec)) {
     std::string name = read_file(path / "latest", file_role::checkpoint);
     while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
     if (name.empty() || name.find('/') != std::string::npos)

@@ -61,8 +61,11 @@ struct loaded_checkpoint {
   trainer_record record;
 };
 
-// `path` is a checkpoint directory, or a root holding `latest`. Checks every
-// tensor against `layout`; throws checkpoint_error naming the file and tensor.
+// `path` is a checkpoint directory, or a root: then its newest checkpoint
+// (the highest step-* folder with a trainer.json; `latest` names the same
+// one except in the moment between a checkpoint's rename and `latest`'s).
+// Checks every tensor against `layout`; throws checkpoint_error naming the
+// file and tensor.
 loaded_checkpoint read_checkpoint(const std::filesystem::path& path, const state_layout& layout);
 
 // Loads model weights only (e.g. --init-from): every parameter of `layout` must

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -48,9 +49,13 @@ void check_claim(const fs::path& root, const checkpoint_claim& claim) {
   const std::vector<std::int64_t> steps = checkpoint_steps(root);
   if (steps.empty()) return;
   const std::int64_t newest = *std::max_element(steps.begin(), steps.end());
-  const std::string ways = "continue it with --resume latest, give this run another checkpoint directory "
-                           "(--checkpoint-dir, train.checkpoint_dir), or let this run replace the checkpoints of the "
-                           "steps it writes with --overwrite-checkpoints (run_options::overwrite_checkpoints)";
+  char newest_name[32];
+  std::snprintf(newest_name, sizeof newest_name, "step-%08lld", static_cast<long long>(newest));
+  const std::string ways = "continue it from its newest checkpoint (--resume latest, or --resume " +
+                           visible((root / newest_name).string()) +
+                           "), give this run another checkpoint directory (--checkpoint-dir, train.checkpoint_dir), or "
+                           "let this run replace the checkpoints of the steps it writes with --overwrite-checkpoints "
+                           "(run_options::overwrite_checkpoints)";
   const std::string where = "checkpoint directory " + visible(root.string());
   if (!claim.resumed_step)
     throw checkpoint_error(where + " holds the checkpoints of another run (" + std::to_string(steps.size()) +
@@ -82,19 +87,20 @@ checkpoint_directory::checkpoint_directory(fs::path root, checkpoint_claim claim
                              "); give this run its own train.checkpoint_dir, or wait for that run to end");
     throw checkpoint_error("cannot lock checkpoint directory " + root_.string() + ": " + std::strerror(err));
   }
-  const std::string pid = std::to_string(::getpid()) + "\n";
-  if (::ftruncate(lock_fd_, 0) != 0 || ::pwrite(lock_fd_, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
-    const int err = errno;
-    ::close(lock_fd_);
-    lock_fd_ = -1;
-    throw checkpoint_error("cannot write to checkpoint directory " + root_.string() + ": " + std::strerror(err));
-  }
+  // Before the lock file takes this run's pid: a refused run changes nothing.
   try {
     check_claim(root_, claim);
   } catch (...) {
     ::close(lock_fd_);
     lock_fd_ = -1;
     throw;
+  }
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(lock_fd_, 0) != 0 || ::pwrite(lock_fd_, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+    const int err = errno;
+    ::close(lock_fd_);
+    lock_fd_ = -1;
+    throw checkpoint_error("cannot write to checkpoint directory " + root_.string() + ": " + std::strerror(err));
   }
   // Holding the lock, every temporary folder here is a dead run's.
   for (const auto& entry : fs::directory_iterator(root_, ec)) {

@@ -157,7 +157,10 @@ TEST(CheckpointDirectory, PrunesOnlyCheckpointsThisRunWrote) {
   write_checkpoint(dir.path(), fx.layout, fx.state, fx.record);  // an earlier run's
   fs::create_directories(dir / "step-99999999" / "notes");        // a folder of the user's
   {
-    checkpoint_directory run(dir.path());
+    // Only with the user's consent may a run write into a directory that
+    // holds another run's checkpoints (See Note [A run owns its
+    // checkpoints]); it still prunes only its own.
+    checkpoint_directory run(dir.path(), checkpoint_claim{std::nullopt, true});
     for (std::int64_t step : {10, 20, 30}) {
       fx.set_step(step);
       run.write(fx.layout, fx.state, fx.record, 1);
@@ -273,9 +276,16 @@ TEST_P(CheckpointCrash, LeavesAResumableCheckpoint) {
     ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the crash point was not reached";
     const loaded_checkpoint c = read_checkpoint(dir.path(), fx.layout);
     EXPECT_TRUE(c.state[0] == fx.state[0] || c.state[0] == 99.0f);
-    EXPECT_TRUE(c.record.step == 10 || c.record.step == step);
-    // The next run cleans up what the dead one left.
-    checkpoint_directory next(dir.path());
+    // The newest checkpoint written whole: the first, or one of this test's
+    // (step 20 stays whole once renamed, also while step 10 is rewritten).
+    EXPECT_TRUE(c.record.step == 10 || c.record.step == 20) << c.record.step;
+    // The next run, resumed from the newest checkpoint written whole, cleans
+    // up what the dead one left.
+    std::int64_t newest = 0;
+    for (const auto& entry : fs::directory_iterator(dir.path()))
+      if (entry.path().filename().string().rfind("step-", 0) == 0 && fs::exists(entry.path() / "trainer.json"))
+        newest = std::max<std::int64_t>(newest, std::stoll(entry.path().filename().string().substr(5)));
+    checkpoint_directory next(dir.path(), checkpoint_claim{newest, false});
     for (const auto& entry : fs::directory_iterator(dir.path()))
       EXPECT_EQ(entry.path().filename().string().find(".tmp-"), std::string::npos) << "left behind: " << entry.path();
   }

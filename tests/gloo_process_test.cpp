@@ -154,7 +154,7 @@ TEST(GlooProcesses, AKilledRankFailsEveryPeerFastAndNoPeerDies) {
                                                            killed_at.time_since_epoch()).count()) / 1e6;
       std::printf("%s, rank %d: its call failed %.1f ms after the kill\n", transport_name(shared_memory).c_str(), r,
                   after_ms);
-      // notes/distributed.md measured 2-11 ms; a second is a hang, not noise.
+      // Measured 2-11 ms when this backend was written; a second is a hang, not noise.
       EXPECT_LT(after_ms, 1000.0) << p.output();
     }
     fs::remove_all(dir);

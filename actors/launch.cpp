@@ -12,6 +12,7 @@
 #include "tensors/error.hpp"
 #include "tensors/visible_text.hpp"
 #include "train/checkpoint.hpp"
+#include "config/memory_needs.hpp"
 
 namespace dpactor {
 namespace {
@@ -142,6 +143,19 @@ launch_plan prepare_launch(const job_config& config, const run_options& options,
     inputs = static_cast<int>(plan.module->inputs());
     classes = static_cast<int>(plan.module->outputs());
   }
+  // See Note [Memory before allocating]: the replicas' needs and a synthetic
+  // set's, before the data; again with the data loaded, before any replica.
+  const memory_limit limit = available_memory();
+  const auto check = [&](double data_bytes) {
+    check_memory(memory_needs(config, plan.module ? static_cast<double>(plan.module->layout().size()) : 0.0, replicas,
+                              data_bytes),
+                 limit);
+  };
+  if (config.data.format == data_format::synthetic && !stream)
+    check(static_cast<double>(config.data.synthetic_train + config.data.synthetic_test) *
+          (static_cast<double>(inputs) + 3.0) * 4.0);
+  else
+    check(0.0);
   if (stream) {
     // See Note [Exactly-once offsets]: the records come from the feed, each
     // step's in a chunk of its own; there is no test set.
@@ -161,6 +175,8 @@ launch_plan prepare_launch(const job_config& config, const run_options& options,
   } else {
     plan.data = load_data(config.data, inputs, classes);
   }
+  check(static_cast<double>(plan.data.train->features.size() + plan.data.test->features.size()) * 4.0 +
+        static_cast<double>(plan.data.train->rows + plan.data.test->rows) * 12.0);
   plan.replicas = replicas;
   // A reproducible run pins one thread per replica (See Note [Summation tree]).
   plan.blas_threads = config.cluster.blas_threads > 0 ? static_cast<int>(config.cluster.blas_threads)

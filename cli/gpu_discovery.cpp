@@ -22,10 +22,11 @@ gpu_selection select_gpus(const std::string& spec) {
   gpu_selection out;
   std::vector<int> wanted;
   bool all = spec == "all";
+  int count = -1;  // --gpus N
   if (!all) {
     if (spec.find(',') == std::string::npos) {
-      const int count = parse_int(spec, spec);
-      for (int i = 0; i < count; ++i) wanted.push_back(i);
+      count = parse_int(spec, spec);
+      if (count == 0) return out;  // --gpus 0: CPU replicas by request
     } else {
       std::size_t start = 0;
       while (start <= spec.size()) {
@@ -35,7 +36,6 @@ gpu_selection select_gpus(const std::string& spec) {
         start = comma + 1;
       }
     }
-    if (wanted.empty()) return out;  // --gpus 0: CPU replicas by request
   }
   const int visible = usable_gpus(out.note);
   if (all) {
@@ -43,6 +43,10 @@ gpu_selection select_gpus(const std::string& spec) {
     return out;
   }
   if (visible == 0) return out;  // no GPU at all: the CPU fallback, with out.note
+  if (count > visible)
+    throw std::invalid_argument("--gpus " + spec + ": " + std::to_string(visible) + " GPU" + (visible == 1 ? "" : "s") +
+                                " visible");
+  for (int i = 0; i < count; ++i) wanted.push_back(i);
   for (const int d : wanted) {
     if (d >= visible)
       throw std::invalid_argument("--gpus " + spec + ": GPU " + std::to_string(d) + " does not exist (" +

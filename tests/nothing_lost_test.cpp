@@ -177,5 +177,33 @@ TEST_F(Cli, AFailedRunsMetricsEndWithItsSummarySayingHowItEnded) {
   EXPECT_NE(finished.find(R"("exit_code":0)"), std::string::npos) << finished;
 }
 
+// See Note [Memory before allocating]: sizes that cannot be met are the
+// user's mistake, refused before anything is allocated, with the estimate;
+// never std::bad_alloc (an "internal error", exit 1).
+TEST_F(Cli, ImpossibleSizesAreRefusedWithTheEstimateBeforeAnythingIsAllocated) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases{
+      {{"--set", "model.layers=[8, 16000000, 16000000, 3]"}, "per replica"},
+      {{"--set", "train.micro_batch=2000000000"}, "a micro-batch of 2000000000 rows"},
+      {{"--set", "data.format=\"synthetic\"", "--set", "data.synthetic_train=4000000000",
+        "--set", "model.layers=[16, 6, 4]"},
+       "(data "},
+  };
+  for (const auto& [extra, fragment] : cases) {
+    std::vector<std::string> args{"--model", "job.cfg", "--cpus", "2"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto r = testing::run_cli(args, dir.path());
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find("the job needs about "), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(fragment), std::string::npos) << fragment << " in:\n" << r.output;
+    EXPECT_NE(r.output.find("available ("), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("bad_alloc"), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(dir / "checkpoints")) << "a refused job left a checkpoint directory";
+  }
+  // A GPU count far beyond any machine is not a list of that many GPUs: on
+  // a machine without one it is the CPU fallback, at once.
+  const auto gpus = testing::run_cli({"--model", "job.cfg", "--gpus", "2000000000", "--print-config"}, dir.path());
+  EXPECT_EQ(gpus.exit_code, 0) << gpus.output;
+}
+
 }  // namespace
 }  // namespace dpactor

@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <thread>
 
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -274,15 +275,25 @@ int run(int argc, char** argv, cli::signal_watch& signals) {
   // summary record saying how the run ended (finished, stopped, by which
   // signal, failed with which error and exit code), however it ends short of
   // SIGKILL; after a failure it names the last checkpoint written.
+  std::mutex last_checkpoint_mutex;  // the event thread writes it, the signal thread may read it
   std::string last_checkpoint;
+  const auto newest_checkpoint = [&] {
+    std::lock_guard lock(last_checkpoint_mutex);
+    return last_checkpoint;
+  };
+  std::atomic<bool> summary_written{false};  // one summary, the first way the run ends
   const auto write_summary = [&](json record, const char* ended, int code) {
+    if (summary_written.exchange(true)) return;
     record["ended"] = ended;
     record["exit_code"] = code;
     if (metrics && !(metrics->write(record) && metrics->close()) && !metrics_failed.exchange(true))
       spdlog::error("{}", metrics->error().value_or(""));
   };
   engine.on_event([&](const event& e) {
-    if (const auto* c = std::get_if<checkpoint_event>(&e)) last_checkpoint = c->path;
+    if (const auto* c = std::get_if<checkpoint_event>(&e)) {
+      std::lock_guard lock(last_checkpoint_mutex);
+      last_checkpoint = c->path;
+    }
     if (board) board->on_event(e);
     if (events) events->on_event(e);
     if (metrics && !metrics->write(to_json(e)) && !metrics_failed.exchange(true)) {
@@ -291,11 +302,17 @@ int run(int argc, char** argv, cli::signal_watch& signals) {
     }
     if (!opts.quiet) progress.on_event(e);
   });
-  signals.start([&engine](int sig) {
-    spdlog::warn("received {}: stopping at the next step boundary and writing a checkpoint (again to abort)",
-                 sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "SIGTERM");
-    engine.stop();
-  });
+  const auto signal_name = [](int sig) { return sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "SIGTERM"; };
+  signals.start(
+      [&engine, signal_name](int sig) {
+        spdlog::warn("received {}: stopping at the next step boundary and writing a checkpoint (again to abort)",
+                     signal_name(sig));
+        engine.stop();
+      },
+      [&](int sig) {
+        write_summary({{"event", "summary"}, {"checkpoint", newest_checkpoint()}},
+                      "aborted by a second signal, without a checkpoint", 128 + sig);
+      });
 
   const run_summary summary = [&] {
     try {
@@ -305,7 +322,7 @@ int run(int argc, char** argv, cli::signal_watch& signals) {
       threads_left_behind = engine.left_threads_behind();
       const auto* known = dynamic_cast<const dpactor::error*>(&e);
       const int code = known ? cli::exit_code_for(known->kind()) : cli::exit_internal;
-      write_summary({{"event", "summary"}, {"error", e.what()}, {"checkpoint", last_checkpoint}}, "failed", code);
+      write_summary({{"event", "summary"}, {"error", e.what()}, {"checkpoint", newest_checkpoint()}}, "failed", code);
       throw;
     }
   }();

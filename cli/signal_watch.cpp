@@ -23,7 +23,7 @@ extern "C" void on_signal(int sig) {
 
 }  // namespace
 
-void signal_watch::start(std::function<void(int)> on_first) {
+void signal_watch::start(std::function<void(int)> on_first, std::function<void(int)> on_second) {
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0) throw std::runtime_error("cannot create the signal pipe");
   struct sigaction action {};
   action.sa_handler = on_signal;
@@ -38,7 +38,7 @@ void signal_watch::start(std::function<void(int)> on_first) {
   ignore.sa_handler = SIG_IGN;
   sigemptyset(&ignore.sa_mask);
   ::sigaction(SIGPIPE, &ignore, nullptr);
-  std::thread([this, on_first = std::move(on_first)] {
+  std::thread([this, on_first = std::move(on_first), on_second = std::move(on_second)] {
     for (;;) {
       unsigned char byte = 0;
       const ssize_t n = ::read(pipe_fds[0], &byte, 1);
@@ -50,6 +50,7 @@ void signal_watch::start(std::function<void(int)> on_first) {
       } else {
         static const char msg[] = "dpactor: second signal, exiting without a checkpoint\n";
         (void)!::write(STDERR_FILENO, msg, sizeof msg - 1);
+        if (on_second) on_second(sig);
         std::_Exit(128 + sig);
       }
     }

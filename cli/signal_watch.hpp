@@ -13,8 +13,10 @@ namespace dpactor::cli {
 
 class signal_watch {
  public:
-  // Installs the handlers; `on_first` runs on the watching thread.
-  void start(std::function<void(int)> on_first);
+  // Installs the handlers; `on_first` runs on the watching thread, and
+  // `on_second`, if any, on it too right before a second signal ends the
+  // process (128 + the signal), to say so where the run reports.
+  void start(std::function<void(int)> on_first, std::function<void(int)> on_second = {});
   int received() const noexcept { return received_.load(); }
 
  private:

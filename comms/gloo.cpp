@@ -108,6 +108,8 @@ class gloo_endpoint final : public collective {
       if (o == op::reduce_scatter_tree) payload(deadline);
       return;
     }
+    // See Note [SIGPIPE without a process-wide disposition].
+    const sigpipe_guard no_sigpipe;
     try {
       if (!connection_.started()) connect();
       exchange_headers(o, size, root, extras, options, deadline);
@@ -437,7 +439,6 @@ std::shared_ptr<collective_group> make_gloo_group(std::shared_ptr<rendezvous_sto
                                                   gloo_group_options options) {
   if (size < 1) throw std::invalid_argument("gloo group: size " + std::to_string(size) + " is not positive");
   if (!store) throw std::invalid_argument("gloo group: no rendezvous store");
-  prepare_process_for_gloo();
   return std::make_shared<gloo_group>(std::move(store), size, std::move(options));
 }
 

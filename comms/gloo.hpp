@@ -36,9 +36,10 @@
 // Gloo's event loop no longer touches the memory (See Note [Posted memory
 // outlives an abort]).
 //
-// Process-wide effect: the first group ignores SIGPIPE, because Gloo writes to
-// sockets without MSG_NOSIGNAL and a peer's death would otherwise kill this
-// process.
+// No process-wide effect: Gloo writes to sockets without MSG_NOSIGNAL, and
+// instead of ignoring SIGPIPE for the process, the threads that write block
+// it (See Note [SIGPIPE without a process-wide disposition],
+// comms/gloo_process.hpp).
 
 #include <chrono>
 #include <memory>

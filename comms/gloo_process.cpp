@@ -1,8 +1,10 @@
 #include "comms/gloo_process.hpp"
 
+#include <pthread.h>
+
 #include <gloo/transport/tcp/device.h>
 
-#include <csignal>
+#include <ctime>
 #include <map>
 #include <mutex>
 
@@ -18,19 +20,37 @@ std::shared_ptr<gloo::transport::Device> gloo_tcp_device(const std::string& addr
   if (!device) {
     gloo::transport::tcp::attr attr;
     attr.hostname = address;
+    // The device's event-loop thread, started here, inherits this mask.
+    const sigpipe_guard blocked;
     device = gloo::transport::tcp::CreateDevice(attr);
   }
   return device;
 }
 
-void prepare_process_for_gloo() {
-  static std::once_flag sigpipe;
-  std::call_once(sigpipe, [] { std::signal(SIGPIPE, SIG_IGN); });
-}
-
 void sweep_shared_memory_once() {
   static std::once_flag swept;
   std::call_once(swept, sweep_stale_segments);
+}
+
+sigpipe_guard::sigpipe_guard() noexcept {
+  sigset_t pipe;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe, &previous_);
+  was_blocked_ = sigismember(&previous_, SIGPIPE) == 1;
+}
+
+sigpipe_guard::~sigpipe_guard() {
+  if (was_blocked_) return;  // the thread's own choice: leave it as it was
+  sigset_t pipe;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  // A SIGPIPE a write raised in this thread is pending on it: take it, or
+  // unblocking would deliver it.
+  const timespec none{0, 0};
+  while (sigtimedwait(&pipe, nullptr, &none) == SIGPIPE) {
+  }
+  pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
 }
 
 }  // namespace dpactor

@@ -74,7 +74,7 @@ struct world {
       for (std::size_t k = 0; k < r; ++k) std::copy(sum.begin(), sum.end(), c.data[k]);
     } else if (c.kind == 'b') {
       for (std::size_t k = 0; k < r; ++k)
-        if (static_cast<int>(k) != c.root) std::memcpy(c.data[k], c.data[static_cast<std::size_t>(c.root)], c.n * sizeof(float));
+        if (static_cast<int>(k) != c.root) std::copy_n(c.data[static_cast<std::size_t>(c.root)], c.n, c.data[k]);
     } else {
       for (std::size_t b = 0; b < c.n; ++b)
         for (std::size_t from = 0; from < r; ++from) {

@@ -10,6 +10,10 @@
 
 #include <gtest/gtest.h>
 
+#include <pthread.h>
+
+#include <csignal>
+
 #include <chrono>
 #include <cstring>
 #include <span>
@@ -118,6 +122,31 @@ TEST(GlooGroup, RanksOfOneProcessCanShareAGroup) {
     for (auto& t : threads) t.join();
     for (int r = 0; r < ranks; ++r) EXPECT_EQ(buffers[static_cast<std::size_t>(r)][99], 6.0f) << "rank " << r;
   }
+}
+
+// See Note [SIGPIPE without a process-wide disposition]: a call leaves the
+// process's SIGPIPE disposition and the calling thread's mask as they were.
+TEST(GlooProcessEffects, ACallChangesNeitherSigpipesDispositionNorTheCallersMask) {
+  struct sigaction before {};
+  ASSERT_EQ(::sigaction(SIGPIPE, nullptr, &before), 0);
+  std::vector<sigset_t> masks_before(2), masks_after(2);
+  auto group = make_gloo_group(make_memory_store(), 2, gloo_group_options{});
+  std::vector<std::vector<float>> buffers(2, std::vector<float>(1000, 1.0f));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      const auto i = static_cast<std::size_t>(r);
+      pthread_sigmask(SIG_SETMASK, nullptr, &masks_before[i]);
+      group->endpoint(r)->all_reduce_sum(buffers[i], {});
+      pthread_sigmask(SIG_SETMASK, nullptr, &masks_after[i]);
+    });
+  for (auto& t : threads) t.join();
+  struct sigaction after {};
+  ASSERT_EQ(::sigaction(SIGPIPE, nullptr, &after), 0);
+  EXPECT_EQ(after.sa_handler, before.sa_handler) << "SIGPIPE's disposition changed";
+  for (std::size_t r = 0; r < 2; ++r)
+    EXPECT_EQ(sigismember(&masks_after[r], SIGPIPE), sigismember(&masks_before[r], SIGPIPE)) << "rank " << r;
+  EXPECT_EQ(buffers[1][999], 2.0f);
 }
 
 // See Note [Same-machine ranks share memory]: a pair uses it only when both

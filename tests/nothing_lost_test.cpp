@@ -75,6 +75,21 @@ TEST_F(Cli, ASecondRunIntoOneDirectoryRefusesAndTheFirstRunsCheckpointsStayByteI
   EXPECT_EQ(replaced.exit_code, 0) << replaced.output;
 }
 
+// The README's first command, twice (shortened to a few steps).
+TEST_F(Cli, TheDefaultCommandTwiceLeavesTheFirstRunsCheckpointsByteIdentical) {
+  const std::string config = std::string(DPACTOR_SOURCE_DIR) + "/configs/mlp.cfg";
+  const std::vector<std::string> command{"--gpus", "all", "--model", config, "--set", "train.max_steps=4",
+                                         "--set", "train.checkpoint_every=2"};
+  const auto first = testing::run_cli(command, dir.path());
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const auto before = files_of(dir / "checkpoints");
+  const auto second = testing::run_cli(command, dir.path());
+  EXPECT_EQ(second.exit_code, 4) << second.output;
+  EXPECT_NE(second.output.find("holds the checkpoints of another run (2, the newest of step 4)"), std::string::npos)
+      << second.output;
+  EXPECT_EQ(files_of(dir / "checkpoints"), before);
+}
+
 TEST_F(Cli, AResumeFromAnEarlierCheckpointWouldReplaceLaterOnesAndIsRefused) {
   const auto first = testing::run_cli(
       {"--model", "job.cfg", "--cpus", "1", "--set", "train.checkpoint_every=2", "--set", "train.keep_checkpoints=0"},

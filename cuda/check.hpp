@@ -1,5 +1,5 @@
 #pragma once
-// Checked CUDA, cuBLAS and NCCL calls: a failure throws cuda_error naming the
+// Checked CUDA and NCCL calls (cuBLAS's are checked in cuda/blas.cpp): a failure throws cuda_error naming the
 // file, the line, the call, the library's message and a hint for the user.
 //   CUDA_CHECK(cudaMalloc(&p, bytes));
 
@@ -27,14 +27,6 @@ const char* cuda_hint(int code) noexcept;
     if (dpactor_status_ != cudaSuccess)                                                                    \
       ::dpactor::throw_cuda_error("CUDA", #call, __FILE__, __LINE__, cudaGetErrorString(dpactor_status_),  \
                                   ::dpactor::cuda_hint(static_cast<int>(dpactor_status_)));                \
-  } while (false)
-
-#define CUBLAS_CHECK(call)                                                                                 \
-  do {                                                                                                     \
-    const cublasStatus_t dpactor_status_ = (call);                                                         \
-    if (dpactor_status_ != CUBLAS_STATUS_SUCCESS)                                                          \
-      ::dpactor::throw_cuda_error("cuBLAS", #call, __FILE__, __LINE__, cublasGetStatusString(dpactor_status_), \
-                                  "check the matrix shapes and that the GPU has memory left");             \
   } while (false)
 
 #define NCCL_CHECK(call)                                                                                   \

@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdio>
+#include <fstream>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "actors/engine.hpp"
@@ -19,6 +22,7 @@ TEST(EngineLifecycle, StartsAndStops100TimesInOneProcess) {
   job_config c = testing::small_job(2, 32, 256);
   c.train.epochs = 2;
   Engine engine(c);
+  int stopped = 0;
   for (int i = 0; i < 100; ++i) {
     engine.start();
     EXPECT_TRUE(engine.running());
@@ -28,11 +32,28 @@ TEST(EngineLifecycle, StartsAndStops100TimesInOneProcess) {
     if (i % 2 == 0) {
       EXPECT_EQ(s.steps, 16) << "run " << i;
       EXPECT_FALSE(s.stopped);
-    } else {
+    } else if (s.stopped) {
       EXPECT_LE(s.steps, 16) << "run " << i;
-      EXPECT_TRUE(s.stopped);
+      ++stopped;
+    } else {
+      // A run of 16 small steps can end before the stop reaches it: then it
+      // ended whole, and says so.
+      EXPECT_EQ(s.steps, 16) << "run " << i << " was neither stopped nor whole";
     }
   }
+  std::printf("%d of the 50 stopped runs ended early\n", stopped);
+  EXPECT_GT(stopped, 0) << "no stop took effect";
+}
+
+// See Note [cuBLAS is loaded when a GPU replica first needs it]: a process
+// that trains on CPUs never maps cuBLAS (half a second of start-up each).
+TEST(EngineLifecycle, ARunOnCpusLoadsNoCublas) {
+  Engine engine(testing::small_job(2, 32, 256));
+  engine.start();
+  EXPECT_EQ(engine.wait().steps, 8);
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) EXPECT_EQ(line.find("libcublas"), std::string::npos) << line;
 }
 
 TEST(EngineLifecycle, ReportsEventsInOrder) {
@@ -131,10 +152,14 @@ TEST(EngineLifecycle, ARunStartedInOneThreadEndsWhenWaitedForInAnother) {
     engine.start();
     const run_summary s = testing::wait_or_exit(engine, std::chrono::seconds(60), "a run waited for in another thread");
     EXPECT_EQ(s.steps, 16);
+    // The teardown gives up on a system it cannot destroy and leaves it
+    // behind: that is the hang, bounded, and must not happen here.
+    EXPECT_FALSE(engine.left_threads_behind()) << "run " << run << ": the actor system was not destroyed";
   }
   Engine engine(c);
   std::thread([&] { engine.start(); }).join();
   EXPECT_EQ(testing::wait_or_exit(engine, std::chrono::seconds(60), "a run started in another thread").steps, 16);
+  EXPECT_FALSE(engine.left_threads_behind()) << "the actor system was not destroyed";
 }
 
 TEST(EngineLifecycle, StopBeforeStartEndsTheNextRunAtOnce) {

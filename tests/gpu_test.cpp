@@ -1,5 +1,5 @@
-// GPU tests (ctest label gpu). On a machine without a CUDA device each test
-// skips, saying why. On a GPU: every kernel against the CPU reference on
+// GPU tests (ctest label gpu). On a machine without a CUDA device each Gpu
+// test skips, saying why (GpuHost, the host side, runs everywhere). On a GPU: every kernel against the CPU reference on
 // fresh random inputs with outputs poisoned before each run (fp32 <= 1e-5
 // relative, TF32 GEMMs <= 1e-3), the CUDA replica's steps against the CPU
 // replica's (resident and streamed data; gradient buckets over NCCL with one
@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <string>
 #include <vector>
@@ -68,6 +69,33 @@ double relative_error(const std::vector<float>& got, const std::vector<float>& w
     norm += static_cast<double>(want[i]) * want[i];
   }
   return std::sqrt(diff / std::max(norm, 1e-30));
+}
+
+bool cublas_mapped() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line))
+    if (line.find("libcublas.so") != std::string::npos) return true;
+  return false;
+}
+
+// See Note [cuBLAS is loaded when a GPU replica first needs it]. Runs with or
+// without a GPU: the first handle opens cuBLAS and finds its functions; only
+// then may it fail, and without a GPU it does, with cuBLAS's own status.
+TEST(GpuHost, CublasIsOpenedByTheFirstHandle) {
+  std::string why;
+  const bool gpu = visible_cuda_devices(&why) > 0;
+  try {
+    cublas_handle blas(nullptr, false);
+    EXPECT_TRUE(gpu) << "a cuBLAS handle without a GPU";
+  } catch (const cuda_error& e) {
+    const std::string what = e.what();
+    EXPECT_FALSE(gpu) << what;
+    EXPECT_NE(what.find("cuBLAS"), std::string::npos) << what;
+    EXPECT_EQ(what.find("could not be loaded"), std::string::npos) << what;
+    EXPECT_EQ(what.find(" has no "), std::string::npos) << what;
+  }
+  EXPECT_TRUE(cublas_mapped());
 }
 
 TEST(Gpu, GemmMatchesTheCpuInFp32AndTf32) {

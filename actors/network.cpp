@@ -12,12 +12,13 @@
 #include <thread>
 
 #include "actors/launch.hpp"
+#include "dpactor_version.hpp"
 
 namespace dpactor {
 
 // Peers of another program version share no identifier and are refused by
 // CAF itself (incompatible_application_ids).
-constexpr const char* app_identifier = "dpactor-0.1.0";
+const std::string app_identifier = std::string("dpactor-") + version;
 
 std::unique_ptr<caf::actor_system_config> make_network_config(std::chrono::milliseconds heartbeat,
                                                               std::chrono::milliseconds connection_timeout) {

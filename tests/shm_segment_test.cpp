@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -68,6 +69,53 @@ TEST(ShmSegment, MessagesLargerThanTheRingStreamThroughItWholeAndInOrder) {
   producer.join();
   EXPECT_EQ(std::memcmp(got_first.data(), first.data(), first.size()), 0);
   EXPECT_EQ(got_second, second);
+}
+
+// Two messages to one peer posted at once, each larger than the ring: the
+// second may not start while the first is on the ring, though the receiver
+// frees room between the two transfers' turns (it drains all the time, on
+// the other core). Rounds of it, so that a race that interleaves them shows.
+TEST(ShmExchange, MessagesPostedTogetherToOnePeerArriveWholeAndInOrder) {
+  auto inbox0 = shm_segment::create(2);
+  auto inbox1 = shm_segment::create(2);
+  std::vector<std::unique_ptr<shm_segment>> peers0(2), peers1(2);
+  peers0[1] = shm_segment::open(inbox1->name(), inbox1->nonce(), 2);
+  peers1[0] = shm_segment::open(inbox0->name(), inbox0->nonce(), 2);
+  ASSERT_TRUE(peers0[1] && peers1[0]);
+  shm_exchange receiver(0, std::move(inbox0), std::move(peers0));
+  shm_exchange sender(1, std::move(inbox1), std::move(peers1));
+  const shm_health health{nullptr, [](int) {}, std::chrono::milliseconds(5)};
+  std::vector<std::byte> first(shm_ring_bytes * 5 / 2 + 3), second(shm_ring_bytes * 3 / 2 + 1);
+  for (std::size_t i = 0; i < first.size(); ++i) first[i] = static_cast<std::byte>(i * 131 + 7);
+  for (std::size_t i = 0; i < second.size(); ++i) second[i] = static_cast<std::byte>(i * 29 + 200);
+  for (int round = 0; round < 20; ++round) {
+    std::vector<std::byte> got_first(first.size()), got_second(second.size());
+    std::string sender_error;
+    std::thread producer([&] {
+      try {
+        sender.post(first.data(), first.size(), 0, true);
+        sender.post(second.data(), second.size(), 0, true);
+        sender.drive(shm_exchange::all, clock_type::time_point::max(), clock_type::now() + 30s, health);
+      } catch (const std::exception& e) {
+        sender_error = e.what();
+      }
+      sender.clear();
+    });
+    std::string receiver_error;
+    try {
+      receiver.post(got_first.data(), got_first.size(), 1, false);
+      receiver.post(got_second.data(), got_second.size(), 1, false);
+      receiver.drive(shm_exchange::all, clock_type::time_point::max(), clock_type::now() + 30s, health);
+    } catch (const std::exception& e) {
+      receiver_error = e.what();
+    }
+    receiver.clear();
+    producer.join();
+    ASSERT_EQ(receiver_error, "") << "round " << round << ": the messages were interleaved on the ring";
+    ASSERT_EQ(sender_error, "") << "round " << round;
+    ASSERT_EQ(std::memcmp(got_first.data(), first.data(), first.size()), 0) << "round " << round;
+    ASSERT_EQ(std::memcmp(got_second.data(), second.data(), second.size()), 0) << "round " << round;
+  }
 }
 
 TEST(ShmSegment, AReceiveOfAnotherLengthIsRefusedUnlessItOnlyBoundsIt) {

@@ -45,6 +45,8 @@ struct paused_msg;
 struct shares_msg;
 struct inject_msg;
 struct add_device_msg;
+struct leave_request;
+struct members_request;
 struct node_joined_msg;
 struct remove_device_msg;
 struct ledger_snapshot_msg;
@@ -79,7 +81,8 @@ using reducer_actor = caf::typed_actor<
     caf::reacts_to<ledger_snapshot_msg>, caf::reacts_to<epoch_ledger_msg>, caf::reacts_to<work_done_msg>,
     caf::reacts_to<paused_msg>, caf::reacts_to<rollback_done_msg>, caf::reacts_to<idle_msg>,
     // from the engine
-    caf::reacts_to<add_device_msg>, caf::reacts_to<remove_device_msg>, caf::reacts_to<inject_msg>,
+    caf::reacts_to<add_device_msg>, caf::reacts_to<remove_device_msg>, caf::reacts_to<leave_request>,
+    caf::reacts_to<members_request>, caf::reacts_to<inject_msg>,
     caf::reacts_to<params_request>, caf::reacts_to<checkpoint_atom>, caf::reacts_to<lr_msg>,
     // from the coordinator actor
     caf::reacts_to<node_joined_msg>>;

@@ -91,22 +91,24 @@ struct Engine::impl {
   template <class Message>
   void tell_reducer(const char* method, Message&& message) {
     std::shared_lock lock(system_mutex);
-    if (!system || !reducer) throw std::runtime_error(std::string(method) + ": no run in progress");
+    if (!system || !reducer) throw error(error_kind::no_run, std::string(method) + ": no run in progress");
     caf::anon_send(reducer, std::forward<Message>(message));
   }
   // Sends the reducer a request whose promise it fulfils, and waits up to
   // `timeout` for the reply.
-  template <class Reply, class Request>
-  Reply ask_reducer(const char* method, std::chrono::milliseconds timeout, const char* late, const char* ended) {
+  template <class Reply, class Request, class... Args>
+  Reply ask_reducer(const char* method, std::chrono::milliseconds timeout, const char* late, const char* ended,
+                    Args&&... args) {
     auto promise = std::make_shared<std::promise<Reply>>();
     std::future<Reply> reply = promise->get_future();
-    tell_reducer(method, Request{std::move(promise)});
+    tell_reducer(method, Request{std::move(promise), std::forward<Args>(args)...});
     if (reply.wait_for(timeout) != std::future_status::ready)
-      throw std::runtime_error(std::string(method) + ": " + late + " within " + std::to_string(timeout.count()) + " ms");
+      throw error(error_kind::timeout,
+                  std::string(method) + ": " + late + " within " + std::to_string(timeout.count()) + " ms");
     try {
       return reply.get();
     } catch (const std::future_error&) {
-      throw std::runtime_error(std::string(method) + ": the run ended before " + ended);
+      throw error(error_kind::run_ended, std::string(method) + ": the run ended before " + ended);
     }
   }
 
@@ -241,7 +243,7 @@ void Engine::stop() {
 void Engine::start() {
   auto& m = *impl_;
   std::unique_lock run_lock(m.run_mutex);
-  if (m.running) throw std::logic_error("Engine::start: a run is already in progress");
+  if (m.running) throw error(error_kind::already_running, "Engine::start: a run is already in progress");
   const job_config& config = m.config;
   m.started = std::chrono::steady_clock::now();
 
@@ -339,8 +341,8 @@ void Engine::start() {
 
 feed_result Engine::feed(std::span<const record> records, std::chrono::milliseconds wait) {
   if (impl_->config.train.mode != train_mode::stream)
-    throw std::logic_error("Engine::feed: the job trains from files (train.mode = \"epochs\"); feeding needs "
-                           "train.mode = \"stream\"");
+    throw config_error("Engine::feed: the job trains from files (train.mode = \"epochs\"); feeding needs "
+                       "train.mode = \"stream\"");
   const auto queue = impl_->current_stream();
   if (!queue) return feed_result{0, 0, feed_result::outcome::closed};
   return queue->push(records, wait);
@@ -364,7 +366,7 @@ std::shared_ptr<const parameter_snapshot> Engine::latest_snapshot() const {
 run_summary Engine::wait() {
   auto& m = *impl_;
   std::unique_lock run_lock(m.run_mutex);
-  if (!m.running || !m.outcome) throw std::logic_error("Engine::wait: no run in progress");
+  if (!m.running || !m.outcome) throw error(error_kind::no_run, "Engine::wait: no run in progress");
   std::optional<run_summary> summary;
   std::exception_ptr error;
   try {
@@ -406,18 +408,30 @@ std::string Engine::add_device(std::chrono::milliseconds timeout) {
 }
 
 void Engine::remove_device(const std::string& name) {
-  impl_->tell_reducer("Engine::remove_device", remove_device_msg{name, "removed"});
+  const leave_reply reply = impl_->ask_reducer<leave_reply, leave_request>(
+      "Engine::remove_device", std::chrono::seconds(30), "no answer", "it answered", name);
+  if (reply.member) return;  // it leaves at the next step boundary
+  std::string list;
+  for (const auto& n : reply.members) list += (list.empty() ? "" : ", ") + n;
+  throw error(error_kind::unknown_device, "Engine::remove_device: no member is named \"" + name +
+                                              "\"; the members are " + (list.empty() ? "none" : list));
+}
+
+std::vector<std::string> Engine::members() {
+  return impl_->ask_reducer<std::vector<std::string>, members_request>("Engine::members", std::chrono::seconds(30),
+                                                                      "no answer", "it answered");
 }
 
 void Engine::request_checkpoint() {
   if (impl_->config.train.checkpoint_dir.empty())
-    throw std::logic_error("Engine::request_checkpoint: the job writes no checkpoints (train.checkpoint_dir is empty)");
+    throw config_error("Engine::request_checkpoint: the job writes no checkpoints (train.checkpoint_dir is empty)");
   impl_->tell_reducer("Engine::request_checkpoint", checkpoint_atom::value);
 }
 
 void Engine::set_lr(std::optional<double> lr) {
   if (lr && !(std::isfinite(*lr) && *lr > 0.0))
-    throw std::invalid_argument("Engine::set_lr: the learning rate must be finite and above 0, not " + std::to_string(*lr));
+    throw error(error_kind::invalid_argument,
+                "Engine::set_lr: the learning rate must be finite and above 0, not " + std::to_string(*lr));
   impl_->tell_reducer("Engine::set_lr", lr_msg{lr.value_or(0.0)});
 }
 

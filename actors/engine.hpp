@@ -84,11 +84,11 @@ class Engine {
   void on_event(event_callback callback);
 
   // Loads the data and the initial state, spawns the actors and returns.
-  // Throws data_error, checkpoint_error or config_error; throws
-  // std::logic_error if a run is in progress.
+  // Throws data_error, checkpoint_error or config_error; an error of code
+  // already_running if a run is in progress.
   void start();
   // Blocks until the run ends; returns its summary, or throws the error that
-  // ended it (training_error, checkpoint_error). Tears the actors down,
+  // ended it (training_error, checkpoint_error); code no_run without a run. Tears the actors down,
   // waiting at most 10 s for their threads (See Note [Bounded shutdown]).
   run_summary wait();
   // Whether a teardown gave up on a thread that would not end (a device
@@ -103,18 +103,23 @@ class Engine {
   bool running() const;
 
   // Admits a new CPU device at the next step boundary; returns its name
-  // ("cpu:3") once it is a member. Throws std::runtime_error if no run is in
-  // progress or it is not admitted within the timeout.
+  // ("cpu:3") once it is a member. Throws an error of code no_run without a
+  // run, timeout if it is not admitted within `timeout`, run_ended if the
+  // run ends first.
   std::string add_device(std::chrono::milliseconds timeout = std::chrono::seconds(30));
-  // Removes a device gracefully at the next step boundary (asynchronous; see
-  // the membership events).
+  // Removes a member gracefully at the next step boundary (see the membership
+  // events); returns once the run has taken the request. Throws an error of
+  // code unknown_device if no member has that name (the message lists them),
+  // no_run without a run.
   void remove_device(const std::string& name);
+  // The current members' names, in rank order. Throws no_run without a run.
+  std::vector<std::string> members();
   // Stream mode (train.mode = "stream"; See Note [Exactly-once offsets] in
   // data/record_queue.hpp). Queues records to train, in the order of their
   // sequence numbers, waiting up to `wait` while the queue
   // (train.stream_queue) is full; records not above the last one fed, or
   // already trained before a resume, are skipped. Throws data_error for a
-  // malformed record (nothing of the call is queued then), std::logic_error
+  // malformed record (nothing of the call is queued then), config_error
   // outside stream mode. Without a run in progress: status closed.
   feed_result feed(std::span<const record> records, std::chrono::milliseconds wait = std::chrono::milliseconds(0));
   // The end of the stream: what is queued is trained (the last step with
@@ -127,22 +132,23 @@ class Engine {
 
   // Asks for a checkpoint at the next step boundary (after the last step
   // handed out; at once when a stream waits for records); the checkpoint
-  // event follows. Throws std::logic_error without train.checkpoint_dir,
-  // std::runtime_error if no run is in progress.
+  // event follows. Throws config_error without train.checkpoint_dir, an
+  // error of code no_run if no run is in progress.
   void request_checkpoint();
   // Trains with this learning rate instead of the schedule's from the next
   // step handed out on, on every replica alike; nullopt: the schedule's
-  // again. Not kept in checkpoints. Throws std::invalid_argument for a rate
-  // that is not finite and above 0, std::runtime_error if no run is in
-  // progress.
+  // again. Not kept in checkpoints. Throws an error of code
+  // invalid_argument for a rate that is not finite and above 0, no_run if no
+  // run is in progress.
   void set_lr(std::optional<double> lr);
 
   // Injects a fault spec (docs/faults.md) into the running job; throws
-  // config_error for a malformed spec.
+  // config_error for a malformed spec, no_run without a run.
   void inject(const std::string& spec);
 
   // The current parameters, read between two steps of the first member.
-  // Throws std::runtime_error if no run is in progress or on timeout.
+  // Throws an error of code no_run if no run is in progress, timeout or
+  // run_ended if it gets no answer.
   parameter_snapshot snapshot(std::chrono::milliseconds timeout = std::chrono::seconds(10));
   // The newest of the copies the first member makes every
   // service.snapshot_every_s between two of its steps (its `step` is the

@@ -18,6 +18,14 @@ constexpr auto tick_interval = std::chrono::milliseconds(20);
 // Shares are re-sent to the loader when one moves by more than this.
 constexpr double share_resend_threshold = 0.01;
 
+// The members that have not left, in rank order ("cpu:0", "node/cpu:1").
+std::vector<std::string> member_names(const reducer_state& st) {
+  std::vector<std::string> names;
+  for (const auto& m : st.members->members())
+    if (!m.gone) names.push_back(m.name);
+  return names;
+}
+
 double seconds(clock_type::duration d) { return std::chrono::duration<double>(d).count(); }
 
 bool accepting_reports(const reducer_state& st, std::int64_t generation) {
@@ -329,6 +337,13 @@ reducer_actor::behavior_type reducer_behavior(reducer_ptr self, reducer_setup se
         }
         request_graceful_change(self);
       },
+      [self](const leave_request& msg) {
+        auto& st = self->state;
+        const bool member = st.members->request_leave(msg.name);
+        msg.reply->set_value(leave_reply{member, member ? std::vector<std::string>{} : member_names(st)});
+        if (member) request_graceful_change(self);
+      },
+      [self](const members_request& msg) { msg.reply->set_value(member_names(self->state)); },
       [self](const trained_event& e) { self->state.setup.control->emit(e); },
       [self](checkpoint_atom) { self->send(self->state.setup.loader, checkpoint_atom::value); },
       [self](const lr_msg& msg) { self->send(self->state.setup.loader, msg); },

@@ -200,6 +200,22 @@ struct add_device_msg {
   std::shared_ptr<std::promise<std::string>> reply;
 };
 
+// Engine::remove_device(): `name` leaves at the next step boundary if it is
+// a member; the reply says whether it is, and names the members.
+struct leave_reply {
+  bool member = false;
+  std::vector<std::string> members;
+};
+struct leave_request {
+  std::shared_ptr<std::promise<leave_reply>> reply;
+  std::string name;
+};
+
+// Engine::members(): the names of the current members, in rank order.
+struct members_request {
+  std::shared_ptr<std::promise<std::vector<std::string>>> reply;
+};
+
 // coordinator actor -> reducer: a worker admitted while training runs. Its
 // devices, spawned in its process, join at the next step boundary as
 // Engine::add_device's do (in-process, between two actors of the coordinator).
@@ -215,3 +231,5 @@ typename Inspector::result_type inspect(Inspector& f, node_joined_msg& x) {
 }  // namespace dpactor
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dpactor::add_device_msg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dpactor::leave_request)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dpactor::members_request)

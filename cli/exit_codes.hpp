@@ -27,6 +27,13 @@ constexpr int exit_code_for(error_kind kind) noexcept {
     case error_kind::data: return exit_data;
     case error_kind::checkpoint: return exit_checkpoint;
     case error_kind::training: return exit_training;
+    // Misuse of the library's Engine: the program never makes these calls so.
+    case error_kind::no_run:
+    case error_kind::already_running:
+    case error_kind::timeout:
+    case error_kind::run_ended:
+    case error_kind::unknown_device:
+    case error_kind::invalid_argument: return exit_internal;
   }
   return exit_internal;
 }

@@ -17,6 +17,7 @@
 #include "config/config_file.hpp"
 #include "config/launcher_env.hpp"
 #include "actors/engine.hpp"
+#include "actors/engine_controls.hpp"
 #include "actors/worker.hpp"
 #include "train/fault_plan.hpp"
 #include "cli/exit_codes.hpp"
@@ -235,24 +236,7 @@ int run(int argc, char** argv, cli::signal_watch& signals) {
       o.events = events;
       o.token = read_service_token(config.service.token_file);
       o.thread_nice = static_cast<int>(config.service.thread_nice);
-      o.routes = control_routes(run_controls{
-          [&engine] { engine.request_checkpoint(); },
-          [&engine] {
-            spdlog::warn("POST /stop: stopping at the next step boundary and writing a checkpoint");
-            engine.stop();
-          },
-          [&engine] { return engine.add_device(); },
-          [&engine, board](const std::string& name) {
-            if (!board->has_member(name)) return false;
-            engine.remove_device(name);
-            return true;
-          },
-          [&engine](std::optional<double> lr) {
-            engine.set_lr(lr);
-            if (lr) spdlog::info("PUT /lr: learning rate {} from the next step on", *lr);
-            else spdlog::info("PUT /lr: the schedule's learning rate from the next step on");
-          },
-      });
+      o.routes = control_routes(engine_controls(engine));
       const bool control = !o.token.empty();
       service = std::make_unique<http_service>(board, std::move(o));
       spdlog::info("serving HTTP on {}:{} (dashboard at /; /metrics, /status, /events, /healthz, /readyz; control {})",

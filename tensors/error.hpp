@@ -14,12 +14,22 @@ enum class error_kind {
   data,        // a data file is missing, malformed or inconsistent
   checkpoint,  // a checkpoint or weights file is missing or corrupt
   training,    // training could not continue (devices lost, diverged)
+  // A call on dpactor::Engine that cannot be carried out now:
+  no_run,           // it needs a run in progress, and there is none
+  already_running,  // it needs no run in progress, and there is one
+  timeout,          // the run did not answer within the call's timeout
+  run_ended,        // the run ended before it answered
+  unknown_device,   // no member has the name it was given
+  invalid_argument, // an argument out of its range (a learning rate of 0)
 };
 
+// Every error dpactor throws to a caller is this one, or one of the kinds
+// below derived from it; code() says which, so a caller never parses what().
 class error : public std::runtime_error {
  public:
   error(error_kind kind, const std::string& what) : std::runtime_error(what), kind_(kind) {}
   error_kind kind() const noexcept { return kind_; }
+  error_kind code() const noexcept { return kind_; }
 
  private:
   error_kind kind_;

@@ -174,15 +174,101 @@ TEST(EngineLifecycle, StopBeforeStartEndsTheNextRunAtOnce) {
   EXPECT_LE(s.steps, 2) << "at most the prefetched steps";
 }
 
+// The code of the dpactor::error that f() throws; internal (and a failure)
+// when it throws none.
+template <class F>
+error_kind code_of(F&& f) {
+  try {
+    std::forward<F>(f)();
+  } catch (const error& e) {
+    return e.code();
+  }
+  ADD_FAILURE() << "no error thrown";
+  return error_kind::internal;
+}
+
 TEST(EngineLifecycle, SecondStartWhileRunningIsRefused) {
   job_config c = testing::small_job(1, 32, 256);
   c.train.epochs = 1000;
   Engine engine(c);
   engine.start();
-  EXPECT_THROW(engine.start(), std::logic_error);
+  EXPECT_EQ(code_of([&] { engine.start(); }), error_kind::already_running);
   engine.stop();
   engine.wait();
-  EXPECT_THROW(engine.wait(), std::logic_error);
+  EXPECT_EQ(code_of([&] { engine.wait(); }), error_kind::no_run);
+}
+
+// Every public method that needs a run says so by its error's code, before a
+// run, and after one has ended.
+TEST(EngineErrors, CallsWithoutARunHaveTheCodeNoRun) {
+  const testing::scratch_dir dir;
+  job_config c = testing::small_job(1, 32, 256);
+  c.train.checkpoint_dir = (dir / "checkpoints").string();
+  run_options o;
+  o.overwrite_checkpoints = true;  // the second run writes where the first did
+  Engine engine(c, o);
+  for (int before_and_after = 0; before_and_after < 2; ++before_and_after) {
+    EXPECT_EQ(code_of([&] { engine.wait(); }), error_kind::no_run);
+    EXPECT_EQ(code_of([&] { engine.add_device(std::chrono::seconds(1)); }), error_kind::no_run);
+    EXPECT_EQ(code_of([&] { engine.remove_device("cpu:0"); }), error_kind::no_run);
+    EXPECT_EQ(code_of([&] { (void)engine.members(); }), error_kind::no_run);
+    EXPECT_EQ(code_of([&] { engine.request_checkpoint(); }), error_kind::no_run);
+    EXPECT_EQ(code_of([&] { engine.set_lr(0.01); }), error_kind::no_run);
+    EXPECT_EQ(code_of([&] { engine.inject("slow:0:2"); }), error_kind::no_run);
+    EXPECT_EQ(code_of([&] { (void)engine.snapshot(); }), error_kind::no_run);
+    engine.start();
+    engine.wait();
+  }
+}
+
+TEST(EngineErrors, ArgumentsAndTheJobsOwnLimitsHaveTheirCodes) {
+  job_config c = testing::small_job(1, 32, 256);
+  c.train.epochs = 1000;
+  Engine engine(c);
+  engine.start();
+  EXPECT_EQ(code_of([&] { engine.set_lr(0.0); }), error_kind::invalid_argument);
+  EXPECT_EQ(code_of([&] { engine.request_checkpoint(); }), error_kind::config) << "no train.checkpoint_dir";
+  const std::vector<record> one{record{0, 0, std::vector<float>(16, 0.0f)}};
+  EXPECT_EQ(code_of([&] { engine.feed(one); }), error_kind::config) << "not a stream job";
+  EXPECT_EQ(code_of([&] { engine.inject("slow:0:1"); }), error_kind::config) << "a factor of 1 slows nothing";
+  engine.stop();
+  engine.wait();
+}
+
+TEST(EngineErrors, AnUnknownDeviceIsAnErrorNamingTheMembersAndMembersListsThem) {
+  job_config c = testing::small_job(2, 32, 256);
+  c.train.epochs = 1000;
+  Engine engine(c);
+  engine.start();
+  EXPECT_EQ(engine.members(), (std::vector<std::string>{"cpu:0", "cpu:1"}));
+  std::string message;
+  try {
+    engine.remove_device("cpu:7");
+    ADD_FAILURE() << "removing cpu:7 was accepted";
+  } catch (const error& e) {
+    EXPECT_EQ(e.code(), error_kind::unknown_device);
+    message = e.what();
+  }
+  EXPECT_NE(message.find("\"cpu:7\""), std::string::npos) << message;
+  EXPECT_NE(message.find("cpu:0, cpu:1"), std::string::npos) << message;
+  EXPECT_EQ(engine.members(), (std::vector<std::string>{"cpu:0", "cpu:1"})) << "nothing changed";
+  engine.remove_device("cpu:1");
+  EXPECT_TRUE(testing::eventually([&] { return engine.members() == std::vector<std::string>{"cpu:0"}; },
+                                  std::chrono::seconds(60)))
+      << "cpu:1 left at a step boundary";
+  engine.stop();
+  engine.wait();
+}
+
+TEST(EngineErrors, ARequestTheRunDoesNotAnswerInTimeHasTheCodeTimeout) {
+  job_config c = testing::small_job(1, 32, 256);
+  c.train.epochs = 1000;
+  Engine engine(c);
+  engine.start();
+  // A join waits for a step boundary: no run answers it within a microsecond.
+  EXPECT_EQ(code_of([&] { engine.add_device(std::chrono::milliseconds(0)); }), error_kind::timeout);
+  engine.stop();
+  engine.wait();
 }
 
 TEST(EngineLifecycle, DestroyingARunningEngineStopsIt) {

@@ -324,7 +324,7 @@ TEST(Stream, MisuseIsRefusedWithAClearError) {
   {
     Engine files(testing::small_job(1, 32));
     const auto one = stream_records(0, 1);
-    EXPECT_THROW(files.feed(one), std::logic_error);
+    EXPECT_THROW(files.feed(one), config_error);
   }
   {
     job_config c = stream_job(1);

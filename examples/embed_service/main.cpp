@@ -28,6 +28,7 @@
 #include <thread>
 
 #include "actors/engine.hpp"
+#include "actors/engine_controls.hpp"
 #include "config/config_file.hpp"
 #include "service/control_routes.hpp"
 #include "service/feature_body.hpp"
@@ -195,10 +196,7 @@ int main(int argc, char** argv) {
       o.token = read_service_token(config.service.token_file);
       o.thread_nice = static_cast<int>(config.service.thread_nice);
       o.events = events;
-      o.routes = control_routes({[&] { engine.request_checkpoint(); }, [&] { engine.stop(); },
-                                 [&] { return engine.add_device(); },
-                                 [&](const std::string& n) { return board->has_member(n) && (engine.remove_device(n), true); },
-                                 [&](std::optional<double> lr) { engine.set_lr(lr); }});
+      o.routes = control_routes(engine_controls(engine));
       o.routes.push_back(
           {"POST", "/predict", false, [&](const http_request_view& r) { return predict(engine, config.model, r); }, true});
       http = std::make_unique<http_service>(board, std::move(o));

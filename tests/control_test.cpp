@@ -162,6 +162,7 @@ TEST(Control, TheCliIsSteeredWithTheToken) {
   const std::string added = call(port, "POST", "/devices", "cli-t0ken");
   EXPECT_EQ(status_of(added), 200) << added;
   EXPECT_TRUE(testing::eventually([&] { return status().at("members").size() == 3u; }, 30000ms)) << status().dump();
+  EXPECT_EQ(status_of(call(port, "DELETE", "/devices/cpu:9", "cli-t0ken")), 404) << "no member: the engine's unknown_device";
   EXPECT_EQ(status_of(call(port, "DELETE", "/devices/cpu:0", "cli-t0ken")), 202);
   EXPECT_TRUE(testing::eventually([&] { return status().at("members").size() == 2u; }, 30000ms)) << status().dump();
   EXPECT_EQ(status_of(call(port, "POST", "/stop", "cli-t0ken")), 202);

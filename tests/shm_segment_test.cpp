@@ -71,10 +71,10 @@ TEST(ShmSegment, MessagesLargerThanTheRingStreamThroughItWholeAndInOrder) {
   EXPECT_EQ(got_second, second);
 }
 
-// Two messages to one peer posted at once, each larger than the ring: the
-// second may not start while the first is on the ring, though the receiver
-// frees room between the two transfers' turns (it drains all the time, on
-// the other core). Rounds of it, so that a race that interleaves them shows.
+// Messages to one peer posted at once, each larger than the ring: a later
+// one may not start while an earlier one is on the ring, though the receiver
+// frees room between the transfers' turns (it drains on the other core
+// while the sender writes). Rounds of it, so that the race shows.
 TEST(ShmExchange, MessagesPostedTogetherToOnePeerArriveWholeAndInOrder) {
   auto inbox0 = shm_segment::create(2);
   auto inbox1 = shm_segment::create(2);
@@ -85,16 +85,20 @@ TEST(ShmExchange, MessagesPostedTogetherToOnePeerArriveWholeAndInOrder) {
   shm_exchange receiver(0, std::move(inbox0), std::move(peers0));
   shm_exchange sender(1, std::move(inbox1), std::move(peers1));
   const shm_health health{nullptr, [](int) {}, std::chrono::milliseconds(5)};
-  std::vector<std::byte> first(shm_ring_bytes * 5 / 2 + 3), second(shm_ring_bytes * 3 / 2 + 1);
-  for (std::size_t i = 0; i < first.size(); ++i) first[i] = static_cast<std::byte>(i * 131 + 7);
-  for (std::size_t i = 0; i < second.size(); ++i) second[i] = static_cast<std::byte>(i * 29 + 200);
-  for (int round = 0; round < 20; ++round) {
-    std::vector<std::byte> got_first(first.size()), got_second(second.size());
+  // Four messages of 2.5, 1.5, 3.25 and 1 rings and a few bytes, each its own pattern.
+  std::vector<std::vector<std::byte>> sent;
+  for (const std::size_t quarters : {10, 6, 13, 4}) {
+    std::vector<std::byte> m(shm_ring_bytes * quarters / 4 + sent.size() + 1);
+    for (std::size_t i = 0; i < m.size(); ++i) m[i] = static_cast<std::byte>(i * (29 + 2 * sent.size()) + sent.size());
+    sent.push_back(std::move(m));
+  }
+  for (int round = 0; round < 100; ++round) {
+    std::vector<std::vector<std::byte>> got;
+    for (const auto& m : sent) got.emplace_back(m.size());
     std::string sender_error;
     std::thread producer([&] {
       try {
-        sender.post(first.data(), first.size(), 0, true);
-        sender.post(second.data(), second.size(), 0, true);
+        for (auto& m : sent) sender.post(m.data(), m.size(), 0, true);
         sender.drive(shm_exchange::all, clock_type::time_point::max(), clock_type::now() + 30s, health);
       } catch (const std::exception& e) {
         sender_error = e.what();
@@ -103,8 +107,7 @@ TEST(ShmExchange, MessagesPostedTogetherToOnePeerArriveWholeAndInOrder) {
     });
     std::string receiver_error;
     try {
-      receiver.post(got_first.data(), got_first.size(), 1, false);
-      receiver.post(got_second.data(), got_second.size(), 1, false);
+      for (auto& m : got) receiver.post(m.data(), m.size(), 1, false);
       receiver.drive(shm_exchange::all, clock_type::time_point::max(), clock_type::now() + 30s, health);
     } catch (const std::exception& e) {
       receiver_error = e.what();
@@ -113,8 +116,8 @@ TEST(ShmExchange, MessagesPostedTogetherToOnePeerArriveWholeAndInOrder) {
     producer.join();
     ASSERT_EQ(receiver_error, "") << "round " << round << ": the messages were interleaved on the ring";
     ASSERT_EQ(sender_error, "") << "round " << round;
-    ASSERT_EQ(std::memcmp(got_first.data(), first.data(), first.size()), 0) << "round " << round;
-    ASSERT_EQ(std::memcmp(got_second.data(), second.data(), second.size()), 0) << "round " << round;
+    for (std::size_t k = 0; k < sent.size(); ++k)
+      ASSERT_EQ(std::memcmp(got[k].data(), sent[k].data(), sent[k].size()), 0) << "round " << round << ", message " << k;
   }
 }
 

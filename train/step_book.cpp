@@ -96,7 +96,7 @@ bool step_book::complete(const step_tally& t, std::size_t members) const {
 }
 
 step_commit step_book::commit_ready(std::size_t members, clock::time_point now) {
-  step_commit commit{committed_, {}};
+  step_commit commit{committed_, {}, {}};
   const std::int64_t before = committed_;
   const auto previous_commit = last_commit_;
   while (!steps_.empty() && steps_.begin()->first == committed_ + 1 && complete(steps_.begin()->second, members)) {
@@ -139,7 +139,7 @@ step_commit step_book::commit_ready(std::size_t members, clock::time_point now) 
 }
 
 step_commit step_book::commit_through(std::int64_t through, clock::time_point now) {
-  step_commit commit{committed_, {}};
+  step_commit commit{committed_, {}, {}};
   for (std::int64_t s = committed_ + 1; s <= through; ++s) {
     auto it = steps_.find(s);
     step_tally t = it == steps_.end() ? step_tally{} : std::move(it->second);

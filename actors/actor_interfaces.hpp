@@ -58,7 +58,7 @@ struct lr_msg;
 struct write_checkpoint_msg;
 struct checkpoint_written_msg;
 struct params_request;
-struct trained_event;  // train/events.hpp
+struct trained_event;  // dpactor/events.hpp
 
 using device_actor = caf::typed_actor<
     caf::reacts_to<begin_generation_msg>, caf::reacts_to<shard_msg>, caf::reacts_to<evaluate_msg>,

@@ -6,7 +6,7 @@
 #include "actors/protocol.hpp"
 #include "comms/local.hpp"
 #include "tensors/cpu_replica.hpp"
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 #if DPACTOR_HAS_CUDA
 #include "comms/nccl.hpp"
 #include "cuda/cuda_replica.hpp"

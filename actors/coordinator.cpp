@@ -1,6 +1,6 @@
 #include "actors/coordinator.hpp"
+#include "actors/log.hpp"
 
-#include <spdlog/spdlog.h>
 
 namespace dpactor {
 
@@ -22,9 +22,9 @@ caf::behavior coordinator_behavior(caf::event_based_actor* /*self*/, coordinator
         else
           refusal = st->on_join(msg);
         if (refusal.empty())
-          spdlog::info("node {} joined with {} device{}", msg.node, msg.devices.size(), msg.devices.size() == 1 ? "" : "s");
+          engine_log()->info("node {} joined with {} device{}", msg.node, msg.devices.size(), msg.devices.size() == 1 ? "" : "s");
         else
-          spdlog::warn("refused node {}: {}", msg.node, refusal);
+          engine_log()->warn("refused node {}: {}", msg.node, refusal);
         return joined_msg{refusal};
       },
       [st](const store_set_msg& msg) { st->store->set(msg.key, msg.value); },

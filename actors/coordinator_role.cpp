@@ -5,7 +5,6 @@
 
 #include <caf/io/all.hpp>
 #include <caf/openssl/all.hpp>
-#include <spdlog/spdlog.h>
 
 #include "actors/backend.hpp"
 #include "actors/coordinator.hpp"
@@ -13,7 +12,8 @@
 #include "actors/tls.hpp"
 #include "config/config_file.hpp"
 #include "config/job_identity.hpp"
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
+#include "actors/log.hpp"
 
 namespace dpactor {
 namespace {
@@ -137,7 +137,7 @@ coordinator_role::coordinator_role(caf::actor_system& system, const coordinator_
                        system.render(port.error()));
   }
   if (options.on_listening) options.on_listening(options.host + ":" + std::to_string(*port));
-  if (tls) spdlog::info("mutual TLS on the control plane (cluster.tls.*); Gloo's traffic is not encrypted");
+  if (tls) engine_log()->info("mutual TLS on the control plane (cluster.tls.*); Gloo's traffic is not encrypted");
   std::unique_lock lock(book->mutex);
   while (local_devices + book->devices < options.wait_devices ||
          static_cast<int>(book->joins.size()) < options.wait_workers) {

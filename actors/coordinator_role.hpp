@@ -16,7 +16,7 @@
 
 #include <caf/all.hpp>
 
-#include "actors/engine.hpp"
+#include <dpactor/engine.hpp>
 #include "actors/launch.hpp"
 #include "actors/loader.hpp"
 #include "actors/protocol.hpp"

@@ -3,7 +3,7 @@
 
 #include "actors/coordinator_role.hpp"
 
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 
 namespace dpactor {
 

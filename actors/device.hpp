@@ -34,7 +34,7 @@
 
 #include <caf/all.hpp>
 
-#include "train/events.hpp"
+#include <dpactor/events.hpp>
 #include "train/fault_plan.hpp"
 #include "actors/protocol.hpp"
 #include "train/step_runner.hpp"

@@ -1,4 +1,4 @@
-#include "actors/engine.hpp"
+#include <dpactor/engine.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -10,7 +10,6 @@
 #include <thread>
 
 #include <caf/all.hpp>
-#include <spdlog/spdlog.h>
 
 #include "actors/backend.hpp"
 #include "actors/coordinator_role.hpp"
@@ -21,6 +20,7 @@
 #include "config/job_config.hpp"
 #include "tensors/blas_kernels.hpp"
 #include "tensors/gemm.hpp"
+#include "actors/log.hpp"
 
 namespace dpactor {
 namespace {
@@ -31,7 +31,7 @@ void warn_once_about_blas_kernels() {
   static std::once_flag once;
   std::call_once(once, [] {
     if (auto better = better_blas_kernels_here())
-      spdlog::warn("OpenBLAS runs its {} kernels on a CPU that can run its {} kernels, several times faster; "
+      engine_log()->warn("OpenBLAS runs its {} kernels on a CPU that can run its {} kernels, several times faster; "
                    "set OPENBLAS_CORETYPE={} in the environment before the process starts",
                    blas_kernels_in_use(), *better, *better);
   });
@@ -56,7 +56,9 @@ constexpr auto network_shutdown_bound = std::chrono::seconds(5);
 struct Engine::impl {
   job_config config;
   run_options options;
-  event_callback callback;
+  std::vector<event_callback> callbacks;
+  // OpenBLAS's thread count before the run set its own (restored after).
+  int host_blas_threads = 0;
 
   mutable std::shared_mutex system_mutex;  // exclusive: start/teardown; shared: snapshot
   std::mutex run_mutex;                    // one start/wait at a time
@@ -160,7 +162,7 @@ struct Engine::impl {
     while (system->registry().running() > 0 && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     if (const std::size_t left = system->registry().running(); left > 0) {
-      spdlog::error("shutdown: {} actor{} still running after {} s, left behind: {}", left, left == 1 ? "" : "s",
+      engine_log()->error("shutdown: {} actor{} still running after {} s, left behind: {}", left, left == 1 ? "" : "s",
                     std::chrono::duration_cast<std::chrono::seconds>(shutdown_bound).count(), stuck_devices());
       left_behind = true;
       (void)system.release();         // never destroyed: its threads still run
@@ -168,7 +170,7 @@ struct Engine::impl {
       return;
     }
     if (!destroy_within(std::move(system), std::move(system_config), network_shutdown_bound)) {
-      spdlog::error("shutdown: CAF's network layer did not stop within {} s: a connection to a peer that no longer "
+      engine_log()->error("shutdown: CAF's network layer did not stop within {} s: a connection to a peer that no longer "
                     "answers still holds unsent data (a partitioned node); left behind",
                     std::chrono::duration_cast<std::chrono::seconds>(network_shutdown_bound).count());
       left_behind = true;
@@ -198,7 +200,7 @@ Engine::Engine(job_config config, run_options options) : impl_(std::make_unique<
   validate_job_config(config);
   if (config.train.reproducible && !config.cluster.gpus.empty()) {
     // See docs/reproducibility.md: the CUDA replica computes no slices yet.
-    spdlog::warn("train.reproducible: not available on GPUs in this version; this run is not reproducible "
+    engine_log()->warn("train.reproducible: not available on GPUs in this version; this run is not reproducible "
                  "(set train.reproducible = false to silence this)");
     config.train.reproducible = false;
   }
@@ -217,7 +219,9 @@ Engine::~Engine() {
   }
 }
 
-void Engine::on_event(event_callback callback) { impl_->callback = std::move(callback); }
+void Engine::on_event(event_callback callback) {
+  if (callback) impl_->callbacks.push_back(std::move(callback));
+}
 
 const job_config& Engine::config() const noexcept { return impl_->config; }
 
@@ -244,6 +248,9 @@ void Engine::start() {
   auto& m = *impl_;
   std::unique_lock run_lock(m.run_mutex);
   if (m.running) throw error(error_kind::already_running, "Engine::start: a run is already in progress");
+  if (m.left_behind)
+    throw error(error_kind::stuck_thread, "Engine::start: the last run left a stuck device thread behind (see its log); "
+                                          "this engine cannot start again, and the process should end");
   const job_config& config = m.config;
   m.started = std::chrono::steady_clock::now();
 
@@ -257,17 +264,22 @@ void Engine::start() {
     m.latest = latest;
     m.stream = plan->stream;
   }
+  // See Note [What an engine does to its process]: OpenBLAS 0.3.21 has one
+  // thread count per process, and the same count on every replica is part of
+  // the reproducible bytes; the host's is restored when the run ends.
+  m.host_blas_threads = blas_threads();
   set_blas_threads(plan->blas_threads);
   m.layout = plan->layout;
   // Takes the checkpoint directory's lock before anything starts (throws).
   const auto writer_setup = config.train.checkpoint_dir.empty() ? nullptr : make_writer_setup(config, *plan);
   m.committed_sequence = plan->resume_position ? plan->resume_position->stream.committed : -1;
   // The committed sequence number follows the checkpoints written.
-  m.control = std::make_shared<run_control>([&m, callback = m.callback](const event& e) {
+  std::vector<event_callback> callbacks{[&m](const event& e) {
     if (const auto* c = std::get_if<checkpoint_event>(&e); c && c->committed_sequence >= 0)
       m.committed_sequence = c->committed_sequence;
-    if (callback) callback(e);
-  });
+  }};
+  callbacks.insert(callbacks.end(), m.callbacks.begin(), m.callbacks.end());
+  m.control = std::make_shared<run_control>(std::move(callbacks));
   m.outcome = m.control->outcome();
 
   auto cfg = m.options.coordinator ? coordinator_role::system_config(config, *m.options.coordinator)
@@ -335,7 +347,7 @@ void Engine::start() {
   if (m.options.records && plan->stream)
     m.puller.start(m.options.records, plan->stream, static_cast<std::size_t>(config.train.batch_size),
                    m.committed_sequence, [](const std::string& why) {
-                     spdlog::error("the record source failed: {}; the stream ends here", why);
+                     engine_log()->error("the record source failed: {}; the stream ends here", why);
                    });
 }
 
@@ -396,6 +408,7 @@ run_summary Engine::wait() {
     m.role.reset();
   }
   m.teardown();
+  if (m.host_blas_threads > 0) set_blas_threads(m.host_blas_threads);
   m.running = false;
   m.stop_requested = false;
   if (error) std::rethrow_exception(error);

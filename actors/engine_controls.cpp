@@ -1,6 +1,6 @@
 #include "actors/engine_controls.hpp"
+#include "actors/log.hpp"
 
-#include <spdlog/spdlog.h>
 
 namespace dpactor {
 
@@ -8,7 +8,7 @@ run_controls engine_controls(Engine& engine) {
   return run_controls{
       [&engine] { engine.request_checkpoint(); },
       [&engine] {
-        spdlog::warn("POST /stop: stopping at the next step boundary and writing a checkpoint");
+        engine_log()->warn("POST /stop: stopping at the next step boundary and writing a checkpoint");
         engine.stop();
       },
       [&engine] { return engine.add_device(); },
@@ -23,8 +23,8 @@ run_controls engine_controls(Engine& engine) {
       },
       [&engine](std::optional<double> lr) {
         engine.set_lr(lr);
-        if (lr) spdlog::info("PUT /lr: learning rate {} from the next step on", *lr);
-        else spdlog::info("PUT /lr: the schedule's learning rate from the next step on");
+        if (lr) engine_log()->info("PUT /lr: learning rate {} from the next step on", *lr);
+        else engine_log()->info("PUT /lr: the schedule's learning rate from the next step on");
       },
   };
 }

@@ -4,7 +4,7 @@
 //
 //   o.routes = dpactor::control_routes(dpactor::engine_controls(engine));
 
-#include "actors/engine.hpp"
+#include <dpactor/engine.hpp>
 #include "service/control_routes.hpp"
 
 namespace dpactor {

@@ -7,7 +7,7 @@
 #include <caf/all.hpp>
 
 #include "data/epoch_ledger.hpp"
-#include "train/events.hpp"
+#include <dpactor/events.hpp>
 #include "train/step_record.hpp"
 #include "train/step_shard.hpp"
 

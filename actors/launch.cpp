@@ -4,15 +4,15 @@
 #include <future>
 #include <thread>
 
-#include <spdlog/spdlog.h>
 
 #include "actors/backend.hpp"
 #include "config/config_file.hpp"
 #include "config/job_identity.hpp"
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 #include "tensors/visible_text.hpp"
 #include "train/checkpoint.hpp"
 #include "config/memory_needs.hpp"
+#include "actors/log.hpp"
 
 namespace dpactor {
 namespace {
@@ -55,7 +55,7 @@ void load_initial_state(const job_config& config, const run_options& options, la
         throw checkpoint_error(where + both + ": resuming on other data would mix two runs; to fine-tune on this "
                                "data from the checkpoint, set train.resume_other_data = true (or start from its "
                                "weights: --init-from)");
-      spdlog::warn("{}{} (train.resume_other_data = true: resuming on this data)", where, both);
+      engine_log()->warn("{}{} (train.resume_other_data = true: resuming on this data)", where, both);
     }
     if (r.seed != static_cast<std::uint64_t>(config.train.seed) || r.shuffle != config.train.shuffle)
       throw config_error(where + "the checkpoint was trained with train.seed = " + std::to_string(r.seed) +
@@ -70,10 +70,10 @@ void load_initial_state(const job_config& config, const run_options& options, la
       plan.claim.resumed_step = r.step;
     plan.resume_position = r.position;
     if (stream)
-      spdlog::info("resuming from {} at step {}: every record up to sequence number {} is trained; replay the stream "
+      engine_log()->info("resuming from {} at step {}: every record up to sequence number {} is trained; replay the stream "
                    "from {}", ckpt.directory.string(), r.step, r.position.stream.committed, r.position.stream.committed + 1);
     else
-      spdlog::info("resuming from {} at step {}, epoch {}", ckpt.directory.string(), r.step, r.position.epoch + 1);
+      engine_log()->info("resuming from {} at step {}, epoch {}", ckpt.directory.string(), r.step, r.position.epoch + 1);
     return;
   }
   std::vector<float> state(plan.layout.total_size(), 0.0f);
@@ -205,7 +205,7 @@ launch_plan prepare_launch(const job_config& config, const run_options& options,
   if (config.train.reproducible) {
     const std::int64_t slices = (config.train.batch_size + config.train.micro_batch - 1) / config.train.micro_batch;
     if (slices < replicas)
-      spdlog::warn("train.reproducible: a step of {} samples has {} slice{} of train.micro_batch = {}, so only {} of "
+      engine_log()->warn("train.reproducible: a step of {} samples has {} slice{} of train.micro_batch = {}, so only {} of "
                    "the {} replicas work on it; a smaller train.micro_batch gives the others slices too",
                    config.train.batch_size, slices, slices == 1 ? "" : "s", config.train.micro_batch, slices, replicas);
   }
@@ -323,7 +323,7 @@ std::shared_ptr<const checkpoint_writer_setup> make_writer_setup(const job_confi
   // there, stops here, before anything trains.
   setup->directory = std::make_shared<checkpoint_directory>(config.train.checkpoint_dir, plan.claim);
   if (setup->directory->stale_removed() > 0)
-    spdlog::info("removed {} temporary folder{} of an earlier run from {}", setup->directory->stale_removed(),
+    engine_log()->info("removed {} temporary folder{} of an earlier run from {}", setup->directory->stale_removed(),
                  setup->directory->stale_removed() == 1 ? "" : "s", config.train.checkpoint_dir);
   setup->layout = plan.layout;
   setup->seed = static_cast<std::uint64_t>(config.train.seed);

@@ -13,7 +13,7 @@
 
 #include "actors/checkpoint_writer.hpp"
 #include "actors/device.hpp"
-#include "actors/engine.hpp"
+#include <dpactor/engine.hpp>
 #include "actors/loader.hpp"
 #include "actors/reducer.hpp"
 #include "train/checkpoint_directory.hpp"

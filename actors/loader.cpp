@@ -7,6 +7,7 @@
 #include "train/issued_records.hpp"
 #include "train/issued_steps.hpp"
 #include "train/straggler.hpp"
+#include <dpactor/error.hpp>
 
 namespace dpactor {
 namespace {
@@ -158,7 +159,7 @@ void issue_message(loader_ptr self) {
   for (std::int64_t i = 0; i < st.steps_per_message && may_issue(st) && !snapshot_step; ++i) {
     const std::int64_t step = st.next_step++;
     if (st.setup.crash_at == step)
-      throw std::runtime_error("injected crash (fault spec crash:loader@" + std::to_string(step + 1) + ")");
+      throw error(error_kind::internal, "injected crash (fault spec crash:loader@" + std::to_string(step + 1) + ")");
     const std::int64_t epoch = st.source->epoch();
     // See Note [Schedule position]: reproducible mode has no cuts, and there
     // the position is the step's index, also when a fault re-plans the step.

@@ -12,7 +12,8 @@
 #include <thread>
 
 #include "actors/launch.hpp"
-#include "dpactor_version.hpp"
+#include <dpactor/version.hpp>
+#include <dpactor/error.hpp>
 
 namespace dpactor {
 
@@ -36,7 +37,7 @@ std::string facing_address(const std::string& host, std::uint16_t port) {
   hints.ai_socktype = SOCK_DGRAM;
   addrinfo* found = nullptr;
   if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || found == nullptr)
-    throw std::runtime_error("cannot resolve the coordinator's host " + host);
+    throw config_error("cannot resolve the coordinator's host " + host);
   const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
   std::string address = "127.0.0.1";
   if (fd >= 0) {

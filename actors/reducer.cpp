@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include <spdlog/spdlog.h>
 
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
+#include "actors/log.hpp"
 
 namespace dpactor {
 namespace {
@@ -51,7 +51,7 @@ void on_checkpoint_written(reducer_ptr self, const checkpoint_written_msg& msg) 
       fail_run(self, std::make_exception_ptr(checkpoint_error(msg.error)));
     return;
   }
-  spdlog::info("checkpoint written: {}", msg.path);
+  engine_log()->info("checkpoint written: {}", msg.path);
   st.book->summary().checkpoint = msg.path;
   st.last_checkpoint = msg.step;
   // Also the checkpoint of a run that stops on an error is an event: the
@@ -96,9 +96,9 @@ void commit_ready_steps(reducer_ptr self) {
                       ": training diverged; lower optimizer.lr, or set train.on_nonfinite = \"skip\"");
     return;
   }
-  for (const auto& why : commit.skipped) spdlog::warn("{}", why);
+  for (const auto& why : commit.skipped) engine_log()->warn("{}", why);
   if (st.setup.crash_at && before < *st.setup.crash_at && st.book->committed() >= *st.setup.crash_at)
-    throw std::runtime_error("injected crash (fault spec crash:reducer@" + std::to_string(*st.setup.crash_at + 1) + ")");
+    throw error(error_kind::internal, "injected crash (fault spec crash:reducer@" + std::to_string(*st.setup.crash_at + 1) + ")");
   if (st.book->committed() > before)
     self->send(st.setup.loader, committed_msg{st.plan.generation, commit.through, std::move(commit.returned)});
   update_shares(self);
@@ -153,7 +153,7 @@ void start(reducer_ptr self) {
   st.members.emplace(std::move(initial), st.setup.membership_faults);
   st.book.emplace(st.setup.book, [control = st.setup.control](const event& e) {
     if (const auto* r = std::get_if<recovery_event>(&e))
-      spdlog::info("recovered: step {} committed {:.1f} ms after the fault", r->step, r->recovery_ms);
+      engine_log()->info("recovered: step {} committed {:.1f} ms after the fault", r->step, r->recovery_ms);
     control->emit(e);
   }, clock_type::now());
   self->monitor(st.setup.loader);
@@ -332,7 +332,7 @@ reducer_actor::behavior_type reducer_behavior(reducer_ptr self, reducer_setup se
       },
       [self](const remove_device_msg& msg) {
         if (!self->state.members->request_leave(msg.name)) {
-          spdlog::warn("remove_device: {} is not a member", msg.name);
+          engine_log()->warn("remove_device: {} is not a member", msg.name);
           return;
         }
         request_graceful_change(self);
@@ -351,7 +351,7 @@ reducer_actor::behavior_type reducer_behavior(reducer_ptr self, reducer_setup se
         auto& st = self->state;
         const fault_spec f = parse_fault_spec(msg.spec);
         if (f.kind == fault_kind::crash) {
-          spdlog::warn("{}: crash specs act only when given at the start (--inject, [faults] inject)", msg.spec);
+          engine_log()->warn("{}: crash specs act only when given at the start (--inject, [faults] inject)", msg.spec);
         } else if (!is_device_fault(f)) {
           st.members->plan(f);
           request_graceful_change(self);

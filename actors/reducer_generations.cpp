@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <sstream>
 
-#include <spdlog/spdlog.h>
 
 #include "actors/reducer.hpp"
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
+#include "actors/log.hpp"
 
 namespace dpactor {
 namespace {
@@ -39,7 +39,7 @@ void remove_member(reducer_ptr self, std::size_t rank, const std::string& reason
   auto& st = self->state;
   const member& m = st.members->members().at(rank);
   if (!st.members->remove(rank, reason)) return;
-  spdlog::debug("{} removed: {}", m.name, reason);
+  engine_log()->debug("{} removed: {}", m.name, reason);
   let_go(self, m.id);
 }
 
@@ -92,7 +92,7 @@ void stop_with_checkpoint(reducer_ptr self, std::int64_t step, std::optional<dev
   auto& st = self->state;
   st.current = phase::stopping;
   st.stop_message = std::move(message);
-  spdlog::error("{}", st.stop_message);
+  engine_log()->error("{}", st.stop_message);
   const auto last_resort = [self] {
     auto& st = self->state;
     if (st.rescue_state) write_stop_checkpoint(self, st.rescue_state->first, st.rescue_state->second);
@@ -220,10 +220,10 @@ void form_generation(reducer_ptr self, std::int32_t state_source) {
   std::string names;
   for (const auto& n : e.members) names += (names.empty() ? "" : ", ") + n;
   if (e.generation == 0) {
-    spdlog::info("generation 0: {} members ({})", e.members.size(), names);
+    engine_log()->info("generation 0: {} members ({})", e.members.size(), names);
   } else {
     ++st.book->summary().membership_changes;
-    spdlog::warn("generation {} from step {}: {} members ({}); {}", e.generation, e.step + 1, e.members.size(), names, e.reason);
+    engine_log()->warn("generation {} from step {}: {} members ({}); {}", e.generation, e.step + 1, e.members.size(), names, e.reason);
   }
   st.setup.control->emit(e);
   // The final checkpoint's state went with a member that is gone: the new

@@ -1,17 +1,18 @@
 #include "actors/run_control.hpp"
+#include "actors/log.hpp"
 
-#include <spdlog/spdlog.h>
 
 namespace dpactor {
 
 void run_control::emit(const event& e) noexcept {
-  if (!callback_) return;
-  try {
-    callback_(e);
-  } catch (const std::exception& ex) {
-    spdlog::warn("event callback threw: {}", ex.what());
-  } catch (...) {
-    spdlog::warn("event callback threw an unknown exception");
+  for (const auto& callback : callbacks_) {
+    try {
+      callback(e);
+    } catch (const std::exception& ex) {
+      engine_log()->warn("event callback threw: {}", ex.what());
+    } catch (...) {
+      engine_log()->warn("event callback threw an unknown exception");
+    }
   }
 }
 

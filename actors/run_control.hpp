@@ -7,18 +7,18 @@
 #include <functional>
 #include <future>
 #include <mutex>
+#include <vector>
 
-#include "train/events.hpp"
+#include <dpactor/events.hpp>
 
 namespace dpactor {
 
-using event_callback = std::function<void(const event&)>;
-
 class run_control {
  public:
-  explicit run_control(event_callback callback) : callback_(std::move(callback)) {}
+  explicit run_control(std::vector<event_callback> callbacks) : callbacks_(std::move(callbacks)) {}
 
-  // Calls the callback; an exception it throws is logged and dropped.
+  // Calls the callbacks in order; an exception one throws is logged and
+  // dropped, and the others are still called.
   void emit(const event& e) noexcept;
   void finish(run_summary summary);
   void fail(std::exception_ptr error);
@@ -26,7 +26,7 @@ class run_control {
   std::future<run_summary> outcome() { return promise_.get_future(); }
 
  private:
-  event_callback callback_;
+  std::vector<event_callback> callbacks_;
   mutable std::mutex mutex_;
   bool done_ = false;
   std::promise<run_summary> promise_;

@@ -1,14 +1,17 @@
 #include "actors/tls.hpp"
 
 #include <arpa/inet.h>
-#include <dlfcn.h>
+#include <pthread.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
+#include <atomic>
 #include <mutex>
+#include <string_view>
+#include <vector>
 
 #include <caf/actor_system_config.hpp>
 #include <caf/io/middleman.hpp>
@@ -17,15 +20,20 @@
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
-#include <spdlog/spdlog.h>
 
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
+#include "actors/log.hpp"
 
 namespace dpactor {
 namespace {
 
 std::mutex refusal_mutex;
 std::string last_refusal;
+
+// The certificates use_tls was given: a context holding one is dpactor's.
+std::mutex certificates_mutex;
+std::vector<X509*> certificates;  // kept for the process's life
+std::atomic<bool> tls_in_use{false};
 
 // The certificate error of the handshake in progress on this thread (CAF
 // runs a connection's handshake on one multiplexer thread), for the alert
@@ -78,7 +86,15 @@ const std::string& peer_of(const SSL* ssl) {
   return *kept;
 }
 
+bool is_dpactor_context(const SSL_CTX* ctx) {
+  X509* own = SSL_CTX_get0_certificate(ctx);
+  if (own == nullptr) return false;
+  std::lock_guard lock(certificates_mutex);
+  return std::any_of(certificates.begin(), certificates.end(), [&](X509* c) { return X509_cmp(c, own) == 0; });
+}
+
 void log_alerts(const SSL* ssl, int where, int value) {
+  if (!is_dpactor_context(SSL_get_SSL_CTX(ssl))) return;
   peer_of(ssl);  // the first callback of a connection: its peer is still there
   // Only refusals: after the handshake, an alert is a connection ending,
   // which CAF reports as the peer's loss.
@@ -91,7 +107,7 @@ void log_alerts(const SSL* ssl, int where, int value) {
   // alerts (a decode error as a peer exits mid-handshake) are no verdict.
   const int code = value & 0xff;
   if (code != 40 && (code < 42 || code > 49 || code == 47) && code != 51 && code != 70 && code != 116) {
-    spdlog::debug("TLS handshake with {} ended: {}", peer_of(ssl), SSL_alert_desc_string_long(value));
+    engine_log()->debug("TLS handshake with {} ended: {}", peer_of(ssl), SSL_alert_desc_string_long(value));
     verify_error.clear();
     return;
   }
@@ -103,9 +119,38 @@ void log_alerts(const SSL* ssl, int where, int value) {
   else if (sent) what = "refused the TLS certificate of the coordinator at " + peer + ": " + desc + detail;
   else if (server) what = "the TLS peer at " + peer + " ended the handshake: " + desc;
   else what = "the coordinator at " + peer + " refused this process's TLS certificate: " + desc;
-  spdlog::error("{} (cluster.tls.*)", what);
+  engine_log()->error("{} (cluster.tls.*)", what);
   std::lock_guard lock(refusal_mutex);
   last_refusal = what;
+}
+
+bool on_a_caf_thread() {
+  char name[16] = {};
+  return ::pthread_getname_np(::pthread_self(), name, sizeof(name)) == 0 && std::string_view(name).starts_with("caf.");
+}
+
+// The ex-data "new" callback: runs inside SSL_CTX_new, before CAF configures
+// the context (See Note [Refused TLS peers are logged]).
+void on_new_context(void* parent, void*, CRYPTO_EX_DATA*, int, long, void*) {
+  if (!tls_in_use.load(std::memory_order_acquire) || parent == nullptr || !on_a_caf_thread()) return;
+  auto* ctx = static_cast<SSL_CTX*>(parent);
+  SSL_CTX_set_info_callback(ctx, log_alerts);
+  X509_STORE_set_verify_cb(SSL_CTX_get_cert_store(ctx), keep_verify_error);
+}
+
+void watch_new_contexts(const tls_config& tls) {
+  X509* cert = nullptr;
+  if (std::FILE* f = std::fopen(tls.certificate.c_str(), "r")) {
+    cert = PEM_read_X509(f, nullptr, nullptr, nullptr);
+    std::fclose(f);
+  }
+  if (cert != nullptr) {
+    std::lock_guard lock(certificates_mutex);
+    certificates.push_back(cert);
+  }
+  static const int index = SSL_CTX_get_ex_new_index(0, nullptr, on_new_context, nullptr, nullptr);
+  (void)index;
+  tls_in_use.store(true, std::memory_order_release);
 }
 
 bool is_loopback(const std::string& host) {
@@ -184,6 +229,7 @@ void check_tls_files(const tls_config& tls, const std::string& why_on) {
 }
 
 void use_tls(caf::actor_system_config& cfg, const tls_config& tls) {
+  watch_new_contexts(tls);
   cfg.load<caf::openssl::manager>();
   cfg.openssl_cafile = tls.ca;
   cfg.openssl_certificate = tls.certificate;
@@ -196,15 +242,3 @@ std::string take_last_tls_refusal() {
 }
 
 }  // namespace dpactor
-
-// See Note [Refused TLS peers are logged].
-extern "C" void SSL_CTX_set_verify(SSL_CTX* ctx, int mode, SSL_verify_cb callback) {
-  using function = void (*)(SSL_CTX*, int, SSL_verify_cb);
-  static const auto libssl = reinterpret_cast<function>(::dlsym(RTLD_NEXT, "SSL_CTX_set_verify"));
-  if (libssl == nullptr) {
-    std::fputs("dpactor: fatal: libssl's SSL_CTX_set_verify not found\n", stderr);
-    std::abort();
-  }
-  SSL_CTX_set_info_callback(ctx, dpactor::log_alerts);
-  libssl(ctx, mode, callback != nullptr ? callback : dpactor::keep_verify_error);
-}

@@ -8,13 +8,21 @@
 // CAF's OpenSSL module verifies both ends (SSL_VERIFY_PEER |
 // SSL_VERIFY_FAIL_IF_NO_PEER_CERT, the CA from cluster.tls.ca) but a failed
 // handshake only closes the socket: its log is compiled out of Debian's
-// build, and neither side learns why. So that both sides say why, this
-// program defines SSL_CTX_set_verify itself (exported from the executable,
-// it takes precedence over libssl's for CAF's calls): it calls libssl's with
-// a verify callback that keeps the certificate's error, and adds an info
-// callback that logs every fatal TLS alert, sent or received, with the peer's
-// address. The most recent refusal is kept for the worker's own error
-// message (last_tls_refusal). Verification itself is OpenSSL's, unchanged.
+// build, and neither side learns why. CAF 0.17 offers no hook into the
+// contexts it makes (caf::openssl::session::create_ssl_context), so dpactor
+// uses OpenSSL's own per-object hook: an SSL_CTX ex-data index whose "new"
+// callback runs inside SSL_CTX_new. Once a TLS engine has been set up in the
+// process (use_tls), a context created on one of CAF's threads (named
+// "caf.*": the middleman's, which connects, and the multiplexer, which
+// accepts) gets an info callback that logs every fatal TLS alert, sent or
+// received, with the peer's address, and its certificate store a verify
+// callback that keeps the certificate's error for that line (CAF sets no
+// verify callback of its own, so the store's is the one OpenSSL calls). The
+// info callback logs only for contexts holding the certificate use_tls was
+// given. Contexts made on any other thread, the host's own, are never
+// touched; no libssl symbol is replaced. The most recent refusal is kept for
+// the worker's own error message (take_last_tls_refusal). Verification
+// itself is OpenSSL's, unchanged.
 
 #include <string>
 

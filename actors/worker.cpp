@@ -13,7 +13,6 @@
 
 #include <caf/io/all.hpp>
 #include <caf/openssl/all.hpp>
-#include <spdlog/spdlog.h>
 
 #include "actors/backend.hpp"
 #include "actors/device.hpp"
@@ -22,8 +21,9 @@
 #include "actors/tls.hpp"
 #include "config/config_file.hpp"
 #include "config/job_identity.hpp"
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 #include "tensors/gemm.hpp"
+#include "actors/log.hpp"
 
 namespace dpactor {
 namespace {
@@ -262,7 +262,7 @@ worker_result serve(caf::actor_system& system, const worker_options& options, bo
   } else if (!refusal.empty()) {
     r = {worker_result::kind::refused, refusal};
   } else {
-    spdlog::info("joined {}:{} as {} with {} device{}", options.host, options.port, node, replicas, replicas == 1 ? "" : "s");
+    engine_log()->info("joined {}:{} as {} with {} device{}", options.host, options.port, node, replicas, replicas == 1 ? "" : "s");
     r = result.get();
   }
   groups->abort(std::nullopt);

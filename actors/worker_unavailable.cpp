@@ -3,7 +3,7 @@
 
 #include "actors/worker.hpp"
 
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 
 namespace dpactor {
 

@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "actors/engine.hpp"
+#include <dpactor/engine.hpp>
 #include "train/step_runner.hpp"
 #include "comms/local.hpp"
 #include "data/synthetic.hpp"

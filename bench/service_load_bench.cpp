@@ -28,7 +28,7 @@
 #include <mutex>
 #include <thread>
 
-#include "actors/engine.hpp"
+#include <dpactor/engine.hpp>
 #include "config/config_file.hpp"
 #include "service/event_feed.hpp"
 #include "service/feature_body.hpp"

@@ -1,11 +1,11 @@
 #pragma once
 // The process exit codes of the dpactor program (docs/cli.md, "Exit codes";
 // the README's troubleshooting). Library code throws errors of a kind
-// (tensors/error.hpp); only the command line turns them into codes.
+// (dpactor/error.hpp); only the command line turns them into codes.
 
 #include <csignal>
 
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 
 namespace dpactor::cli {
 
@@ -26,14 +26,16 @@ constexpr int exit_code_for(error_kind kind) noexcept {
     case error_kind::config: return exit_config;
     case error_kind::data: return exit_data;
     case error_kind::checkpoint: return exit_checkpoint;
-    case error_kind::training: return exit_training;
+    case error_kind::training:
+    case error_kind::collective: return exit_training;
     // Misuse of the library's Engine: the program never makes these calls so.
     case error_kind::no_run:
     case error_kind::already_running:
     case error_kind::timeout:
     case error_kind::run_ended:
     case error_kind::unknown_device:
-    case error_kind::invalid_argument: return exit_internal;
+    case error_kind::invalid_argument:
+    case error_kind::stuck_thread: return exit_internal;
   }
   return exit_internal;
 }

@@ -14,12 +14,10 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include "config/config_file.hpp"
-#include "config/launcher_env.hpp"
-#include "actors/engine.hpp"
-#include "actors/engine_controls.hpp"
+#include <dpactor/engine.hpp>
+#include <dpactor/error.hpp>
+#include <dpactor/http.hpp>
 #include "actors/worker.hpp"
-#include "train/fault_plan.hpp"
 #include "cli/exit_codes.hpp"
 #include "cli/gpu_discovery.hpp"
 #include "cli/metrics_file.hpp"
@@ -27,11 +25,11 @@
 #include "cli/progress.hpp"
 #include "cli/signal_watch.hpp"
 #include "cli/version.hpp"
-#include "service/control_routes.hpp"
-#include "service/http_service.hpp"
-#include "service/service_token.hpp"
+#include "config/config_file.hpp"
+#include "config/launcher_env.hpp"
 #include "tensors/blas_kernels.hpp"
-#include "tensors/error.hpp"
+#include "train/event_json.hpp"
+#include "train/fault_plan.hpp"
 
 namespace {
 
@@ -224,25 +222,14 @@ int run(int argc, char** argv, cli::signal_watch& signals) {
   // a signal does, with a checkpoint, and ends it with exit_internal.
   std::atomic<bool> metrics_failed{false};
   // service.listen / --serve: the run over HTTP.
-  std::shared_ptr<metrics_board> board;
-  std::shared_ptr<event_feed> events;
-  std::unique_ptr<http_service> service;
+  std::unique_ptr<http_face> http;
   if (!config.service.listen.empty()) {
     try {
-      http_service_options o;
-      std::tie(o.address, o.port) = split_host_port(config.service.listen, "service.listen");
-      board = std::make_shared<metrics_board>();
-      events = std::make_shared<event_feed>();
-      o.events = events;
-      o.token = read_service_token(config.service.token_file);
-      o.thread_nice = static_cast<int>(config.service.thread_nice);
-      o.routes = control_routes(engine_controls(engine));
-      const bool control = !o.token.empty();
-      service = std::make_unique<http_service>(board, std::move(o));
-      spdlog::info("serving HTTP on {}:{} (dashboard at /; /metrics, /status, /events, /healthz, /readyz; control {})",
-                   service->address(),
-                   service->port(),
-                   control ? "on, with the bearer token" : "off: no DPACTOR_SERVICE_TOKEN or service.token_file");
+      http = std::make_unique<http_face>(engine);
+      spdlog::info("serving HTTP on {}:{} (dashboard at /; /metrics, /status, /events, /healthz, /readyz, POST "
+                         "/predict; control {})",
+                         http->address(), http->port(),
+                         http->control() ? "on, with the bearer token" : "off: no DPACTOR_SERVICE_TOKEN or service.token_file");
     } catch (const std::exception& e) {
       return fail(e.what(), cli::exit_config);
     }
@@ -278,8 +265,6 @@ int run(int argc, char** argv, cli::signal_watch& signals) {
       std::lock_guard lock(last_checkpoint_mutex);
       last_checkpoint = c->path;
     }
-    if (board) board->on_event(e);
-    if (events) events->on_event(e);
     if (metrics && !metrics->write(to_json(e)) && !metrics_failed.exchange(true)) {
       spdlog::error("{}; stopping at the next step boundary and writing a checkpoint", metrics->error().value_or(""));
       engine.stop();
@@ -311,7 +296,6 @@ int run(int argc, char** argv, cli::signal_watch& signals) {
     }
   }();
   threads_left_behind = engine.left_threads_behind();
-  if (board) board->set_running(false);
   const int sig = signals.received();
   const int code = metrics_failed ? cli::exit_internal : sig != 0 ? cli::exit_code_for_signal(sig) : cli::exit_success;
   write_summary(to_json(summary),

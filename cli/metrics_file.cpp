@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <system_error>
 
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 #include "train/checkpoint.hpp"
 
 namespace dpactor::cli {

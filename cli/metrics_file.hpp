@@ -16,7 +16,8 @@
 #include <vector>
 
 #include "cli/options.hpp"
-#include "train/events.hpp"
+#include <dpactor/events.hpp>
+#include "tensors/json.hpp"
 
 namespace dpactor::cli {
 

@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <string>
 
-#include "train/events.hpp"
+#include <dpactor/events.hpp>
 
 namespace dpactor::cli {
 

@@ -11,6 +11,8 @@
 #include <stdexcept>
 #include <string>
 
+#include <dpactor/error.hpp>
+
 namespace dpactor {
 
 enum class collective_errc {
@@ -19,9 +21,12 @@ enum class collective_errc {
   mismatch,  // ranks called with different sizes or roots; the group is broken
 };
 
-class collective_error : public std::runtime_error {
+// An error of code error_kind::collective; reason() (and, seen as a
+// collective_error, code()) says which.
+class collective_error : public error {
  public:
-  collective_error(collective_errc code, const std::string& what) : std::runtime_error(what), code_(code) {}
+  collective_error(collective_errc code, const std::string& what) : error(error_kind::collective, what), code_(code) {}
+  collective_errc reason() const noexcept { return code_; }
   collective_errc code() const noexcept { return code_; }
 
  private:

@@ -12,6 +12,7 @@
 #include <system_error>
 
 #include "comms/gloo_process.hpp"
+#include <dpactor/error.hpp>
 
 namespace dpactor {
 namespace {
@@ -137,7 +138,7 @@ bool gloo_connection::wait(gloo::transport::UnboundBuffer& buffer, wait_alarm::k
     auto wake = clock::now() + gloo_health_slice;
     if (late_at) wake = std::min(wake, *late_at);
     if (interrupted_wait(buffer, k, wake, deadline)) return true;
-    if (group_->aborted) throw std::runtime_error("aborted");
+    if (group_->aborted) throw error(error_kind::internal, "aborted");
     try {
       probe(peer);
     } catch (const std::exception&) {

@@ -24,7 +24,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "tensors/flat_layout.hpp"
+#include <dpactor/flat_layout.hpp>
 
 namespace dpactor {
 

@@ -14,6 +14,7 @@
 #include "comms/driver_group.hpp"
 #include "comms/nccl_rendezvous.hpp"
 #include "cuda/check.hpp"
+#include <dpactor/error.hpp>
 
 namespace dpactor {
 namespace {
@@ -171,12 +172,12 @@ class nccl_driver final : public collective_driver {
   void settle() {
     const auto deadline = std::chrono::steady_clock::now() + settle_deadline;
     for (;;) {
-      if (aborted_ || comm_ == nullptr) throw std::runtime_error("NCCL communicator aborted");
+      if (aborted_ || comm_ == nullptr) throw error(error_kind::internal, "NCCL communicator aborted");
       ncclResult_t async = ncclSuccess;
       ncclCommGetAsyncError(comm_, &async);
       if (async == ncclSuccess) return;
-      if (async != ncclInProgress) throw std::runtime_error(std::string("NCCL: ") + ncclGetErrorString(async));
-      if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error("NCCL call did not settle in time");
+      if (async != ncclInProgress) throw error(error_kind::internal, std::string("NCCL: ") + ncclGetErrorString(async));
+      if (std::chrono::steady_clock::now() > deadline) throw error(error_kind::internal, "NCCL call did not settle in time");
       std::this_thread::yield();
     }
   }
@@ -277,7 +278,7 @@ class nccl_driver final : public collective_driver {
 ncclUniqueId new_unique_id() {
   ncclUniqueId id;
   const ncclResult_t r = ncclGetUniqueId(&id);
-  if (r != ncclSuccess) throw std::runtime_error(std::string("ncclGetUniqueId failed: ") + ncclGetErrorString(r));
+  if (r != ncclSuccess) throw error(error_kind::internal, std::string("ncclGetUniqueId failed: ") + ncclGetErrorString(r));
   return id;
 }
 

@@ -1,4 +1,5 @@
 #include "comms/rendezvous_store.hpp"
+#include <dpactor/error.hpp>
 
 #include <unistd.h>
 
@@ -49,7 +50,7 @@ class directory_store final : public rendezvous_store {
   explicit directory_store(std::filesystem::path directory) : directory_(std::move(directory)) {
     std::error_code ec;
     std::filesystem::create_directories(directory_, ec);
-    if (ec) throw std::runtime_error("rendezvous store: cannot create " + directory_.string() + ": " + ec.message());
+    if (ec) throw error(error_kind::internal, "rendezvous store: cannot create " + directory_.string() + ": " + ec.message());
   }
 
   void set(const std::string& key, const std::vector<char>& value) override {
@@ -59,11 +60,11 @@ class directory_store final : public rendezvous_store {
     {
       std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
       out.write(value.data(), static_cast<std::streamsize>(value.size()));
-      if (!out) throw std::runtime_error("rendezvous store: cannot write " + temporary);
+      if (!out) throw error(error_kind::internal, "rendezvous store: cannot write " + temporary);
     }
     std::error_code ec;
     std::filesystem::rename(temporary, path, ec);
-    if (ec) throw std::runtime_error("rendezvous store: cannot rename " + temporary + ": " + ec.message());
+    if (ec) throw error(error_kind::internal, "rendezvous store: cannot rename " + temporary + ": " + ec.message());
   }
 
   std::optional<std::vector<char>> get(const std::string& key, clock::time_point until) override {

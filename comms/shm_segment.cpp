@@ -21,6 +21,7 @@
 
 
 #include "comms/cpu_relax.hpp"
+#include <dpactor/error.hpp>
 
 namespace dpactor {
 namespace {
@@ -279,12 +280,12 @@ bool shm_exchange::drive(std::size_t target, clock::time_point wake, clock::time
     const std::uint32_t seen = bell.seq.load(std::memory_order_seq_cst);
     const bool moved = advance();
     if (finished(target)) return true;
-    if (inbox_->aborted()) throw std::runtime_error("aborted by a rank on this machine");
+    if (inbox_->aborted()) throw error(error_kind::internal, "aborted by a rank on this machine");
     auto now = clock::now();
-    if (now >= deadline) throw std::runtime_error("timed out");
+    if (now >= deadline) throw error(error_kind::internal, "timed out");
     if (now >= wake) return false;
     if (now >= check_at) {
-      if (health.group_aborted != nullptr && *health.group_aborted) throw std::runtime_error("aborted");
+      if (health.group_aborted != nullptr && *health.group_aborted) throw error(error_kind::internal, "aborted");
       try {
         for (const shm_transfer& t : transfers_)
           if (!t.complete()) health.probe(t.peer);

@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "config/schema.hpp"
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 #include "tensors/visible_text.hpp"
 
 namespace dpactor {

@@ -13,11 +13,7 @@
 
 namespace dpactor {
 
-// Parses `path` (a missing file is a config_error) and applies the overrides,
-// each "section.key=value" where value is a TOML value; a bare word is taken
-// as a string.
-job_config load_job_config(const std::filesystem::path& path, const std::vector<std::string>& overrides = {});
-// The same from TOML text; `origin` names it in messages.
+// load_job_config (include/dpactor/job_config.hpp) from TOML text; `origin` names it in messages.
 job_config parse_job_config(const std::string& text, const std::string& origin,
                             const std::vector<std::string>& overrides = {});
 

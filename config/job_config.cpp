@@ -1,6 +1,6 @@
 #include "config/job_config.hpp"
 
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 
 namespace dpactor {
 

@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "config/key_table.hpp"
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 #include "train/fault_plan.hpp"
 
 namespace dpactor::config_schema {

@@ -3,7 +3,7 @@
 #include <cstdlib>
 #include <stdexcept>
 
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 
 namespace dpactor {
 namespace {

@@ -6,7 +6,7 @@
 #include <limits>
 #include <sstream>
 
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 #include "tensors/visible_text.hpp"
 
 namespace dpactor::config_schema {

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 
 namespace dpactor {
 

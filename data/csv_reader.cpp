@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 #include "tensors/file_io.hpp"
 
 namespace dpactor {

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <new>
 
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 
 namespace dpactor {
 namespace {

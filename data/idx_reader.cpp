@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 
 namespace dpactor {
 namespace {

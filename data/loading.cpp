@@ -6,7 +6,7 @@
 #include "data/csv_reader.hpp"
 #include "data/idx_reader.hpp"
 #include "data/synthetic.hpp"
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 #include "tensors/finite_check.hpp"
 
 namespace dpactor {

@@ -5,7 +5,7 @@
 #include <memory>
 #include <string>
 
-#include "data/data_config.hpp"
+#include <dpactor/data_config.hpp>
 #include "data/dataset.hpp"
 
 namespace dpactor {

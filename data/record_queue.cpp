@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 #include "tensors/finite_check.hpp"
 
 namespace dpactor {

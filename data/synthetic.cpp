@@ -4,7 +4,7 @@
 #include <numbers>
 #include <vector>
 
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 #include "tensors/rng.hpp"
 
 namespace dpactor {

@@ -3,7 +3,7 @@
 // for the readers that take a path.
 //
 // A reader given any bytes either loads them or throws its documented error
-// (tensors/error.hpp: data_error for data files, checkpoint_error for
+// (dpactor/error.hpp: data_error for data files, checkpoint_error for
 // safetensors, config_error for configs). Anything else is a finding and
 // aborts, so that libFuzzer saves the input: another exception type (a
 // std::bad_alloc, std::length_error, a JSON or TOML exception that got
@@ -21,7 +21,7 @@
 #include <string_view>
 #include <typeinfo>
 
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 
 namespace dpactor::fuzz {
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "train/event_json.hpp"
+
 namespace dpactor {
 
 void event_feed::on_event(const event& e) {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "train/events.hpp"
+#include <dpactor/events.hpp>
 
 namespace dpactor {
 

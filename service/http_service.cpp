@@ -1,6 +1,7 @@
 #include "service/http_service.hpp"
 
 #include "service/dashboard_page.hpp"
+#include <dpactor/error.hpp>
 
 #include <sched.h>
 #include <sys/resource.h>
@@ -370,7 +371,7 @@ http_service::http_service(std::shared_ptr<const metrics_board> board, http_serv
     impl_->acceptor.bind(endpoint);
     impl_->acceptor.listen();
   } catch (const std::exception& e) {
-    throw std::runtime_error("cannot serve HTTP on " + where + ": " + e.what());
+    throw config_error("cannot serve HTTP on " + where + ": " + e.what());
   }
   impl_->accept();
   impl_->thread = std::thread([this] {

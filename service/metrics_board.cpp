@@ -98,9 +98,14 @@ void metrics_board::set_running(bool running) {
   running_ = running;
 }
 
+void metrics_board::set_running_probe(std::function<bool()> probe) {
+  std::lock_guard lock(mutex_);
+  probe_ = std::move(probe);
+}
+
 bool metrics_board::running() const {
   std::lock_guard lock(mutex_);
-  return running_;
+  return running_locked();
 }
 
 json metrics_board::status(clock::time_point now) const {
@@ -117,7 +122,7 @@ json metrics_board::status(clock::time_point now) const {
     checkpoint = json{{"step", *checkpoint_step_},
                       {"age_s", std::chrono::duration<double>(now - checkpoint_at_).count()},
                       {"committed_sequence", committed_sequence_ ? json(*committed_sequence_) : json(nullptr)}};
-  return json{{"running", running_},
+  return json{{"running", running_locked()},
               {"step", steps_},
               {"epochs", epochs_},
               {"loss", loss_},
@@ -137,7 +142,7 @@ json metrics_board::status(clock::time_point now) const {
 std::string metrics_board::prometheus_text(clock::time_point now) const {
   std::lock_guard lock(mutex_);
   std::string out;
-  family(out, "dpactor_running", "gauge", "1 while the run trains.").sample(running_ ? 1 : 0);
+  family(out, "dpactor_running", "gauge", "1 while the run trains.").sample(running_locked() ? 1 : 0);
   family(out, "dpactor_steps_total", "counter", "Optimizer steps done.").sample(static_cast<double>(steps_));
   family(out, "dpactor_epochs_total", "counter", "Epochs completed.").sample(static_cast<double>(epochs_));
   family(out, "dpactor_train_samples_per_second", "gauge", "Training throughput over the last logging window.")

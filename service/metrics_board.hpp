@@ -1,6 +1,6 @@
 #pragma once
 // What a running job looks like from outside, gathered from the engine's
-// events (train/events.hpp) and rendered in Prometheus' text exposition
+// events (dpactor/events.hpp) and rendered in Prometheus' text exposition
 // format (version 0.0.4) for GET /metrics. No threads of its own: the event
 // callback calls on_event(), a scrape calls prometheus_text(), from any
 // threads.
@@ -11,13 +11,14 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "tensors/json.hpp"
-#include "train/events.hpp"
+#include <dpactor/events.hpp>
 
 namespace dpactor {
 
@@ -29,6 +30,9 @@ class metrics_board {
   // Whether the run trains: from its first generation (a membership event)
   // until set_running(false) at its end.
   void set_running(bool running);
+  // Also asks `probe` whether the run is still in progress (an adapter's
+  // Engine::running), so that no one has to call set_running(false).
+  void set_running_probe(std::function<bool()> probe);
   bool running() const;
   std::string prometheus_text(clock::time_point now = clock::now()) const;
   // The same state as one JSON object, for GET /status: running, step,
@@ -43,6 +47,8 @@ class metrics_board {
  private:
   mutable std::mutex mutex_;
   bool running_ = false;
+  std::function<bool()> probe_;
+  bool running_locked() const { return running_ && (!probe_ || probe_()); }
   std::int64_t steps_ = 0;
   std::int64_t epochs_ = 0;
   double loss_ = 0.0, accuracy_ = 0.0, lr_ = 0.0, samples_per_s_ = 0.0;

@@ -4,7 +4,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 
 namespace dpactor {
 namespace {

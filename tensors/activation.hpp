@@ -6,10 +6,9 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <dpactor/model_spec.hpp>
 
 namespace dpactor {
-
-enum class activation { identity, relu, gelu, tanh, sigmoid };
 
 std::optional<activation> parse_activation(std::string_view name) noexcept;
 std::string_view activation_name(activation act) noexcept;

@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "tensors/flat_layout.hpp"
+#include <dpactor/flat_layout.hpp>
 
 namespace dpactor {
 

@@ -1,6 +1,8 @@
-#include "tensors/flat_layout.hpp"
+#include <dpactor/flat_layout.hpp>
 
 #include <numeric>
+
+#include "tensors/aligned_buffer.hpp"  // buffer_alignment
 
 namespace dpactor {
 namespace {

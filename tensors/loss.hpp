@@ -8,10 +8,9 @@
 #include <cstdint>
 #include <optional>
 #include <string_view>
+#include <dpactor/model_spec.hpp>
 
 namespace dpactor {
-
-enum class loss_kind { cross_entropy, mse };
 
 std::optional<loss_kind> parse_loss(std::string_view name) noexcept;
 std::string_view loss_name(loss_kind kind) noexcept;

@@ -6,10 +6,9 @@
 #include <cstdint>
 #include <optional>
 #include <string_view>
+#include <dpactor/optimizer_config.hpp>
 
 namespace dpactor {
-
-enum class schedule_kind { constant, step, cosine };
 
 std::optional<schedule_kind> parse_schedule(std::string_view name) noexcept;
 std::string_view schedule_name(schedule_kind kind) noexcept;

@@ -9,26 +9,14 @@
 #include <span>
 #include <vector>
 
+#include <dpactor/model_spec.hpp>
 #include "tensors/activation.hpp"
 #include "tensors/aligned_buffer.hpp"
 #include "tensors/compute_model.hpp"
-#include "tensors/flat_layout.hpp"
+#include <dpactor/flat_layout.hpp>
 #include "tensors/loss.hpp"
 
 namespace dpactor {
-
-struct mlp_spec {
-  std::vector<int> sizes;  // input, hidden..., output; at least two entries
-  activation hidden_activation = activation::relu;
-  loss_kind loss = loss_kind::cross_entropy;
-
-  int inputs() const noexcept { return sizes.front(); }
-  int outputs() const noexcept { return sizes.back(); }
-  std::size_t layers() const noexcept { return sizes.size() - 1; }
-  // Floating-point operations of one training sample (forward, weight and bias
-  // gradients, input gradients of every layer but the first); see docs/PERFORMANCE.md.
-  double train_flops_per_sample() const noexcept;
-};
 
 // The layout of parameters (and of gradients): per layer weight then bias.
 flat_layout mlp_layout(const mlp_spec& spec);

@@ -10,25 +10,12 @@
 #include <string>
 #include <string_view>
 #include <vector>
+#include <dpactor/optimizer_config.hpp>
 
 namespace dpactor {
 
-enum class optimizer_kind { sgd, adamw };
-
 std::optional<optimizer_kind> parse_optimizer(std::string_view name) noexcept;
 std::string_view optimizer_name(optimizer_kind kind) noexcept;
-
-struct optimizer_config {
-  optimizer_kind kind = optimizer_kind::sgd;
-  double lr = 0.1;
-  double momentum = 0.9;      // SGD
-  double dampening = 0.0;     // SGD
-  bool nesterov = false;      // SGD
-  double weight_decay = 0.0;  // SGD: L2 added to the gradient; AdamW: decoupled
-  double beta1 = 0.9;         // AdamW
-  double beta2 = 0.999;       // AdamW
-  double eps = 1e-8;          // AdamW
-};
 
 // Names of the per-parameter state tensors, as in PyTorch's optimizer
 // state_dict: "momentum_buffer" for SGD with momentum, "exp_avg" and

@@ -53,7 +53,7 @@
 #include <vector>
 
 #include "tensors/finite_check.hpp"
-#include "tensors/flat_layout.hpp"
+#include <dpactor/flat_layout.hpp>
 #include "tensors/mlp.hpp"
 #include "tensors/optimizer.hpp"
 

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <optional>
 
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 #include "tensors/file_io.hpp"
 #include "tensors/json.hpp"
 

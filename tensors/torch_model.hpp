@@ -48,7 +48,7 @@ class torch_model : public compute_model {
 };
 
 // Makes a replica's model: open_torch_model for a TorchScript file, or an
-// embedder's (torch/module_model.hpp: from a torch::nn::Module factory).
+// embedder's (dpactor/torch_module.hpp: from a torch::nn::Module factory).
 // Each call is one replica's own module; throws config_error.
 using torch_model_factory = std::function<std::unique_ptr<torch_model>(const torch_model_options& options)>;
 

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <mutex>
 
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 #include "tensors/torch_model.hpp"
 
 namespace dpactor {

@@ -7,7 +7,7 @@
 
 #include <chrono>
 
-#include "actors/engine.hpp"
+#include <dpactor/engine.hpp>
 #include "tests/test_support.hpp"
 
 namespace dpactor {

@@ -12,7 +12,7 @@
 #include <mutex>
 #include <numeric>
 
-#include "actors/engine.hpp"
+#include <dpactor/engine.hpp>
 #include "train/step_runner.hpp"
 #include "comms/local.hpp"
 #include "data/synthetic.hpp"

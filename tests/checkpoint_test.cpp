@@ -15,9 +15,10 @@
 #include "train/checkpoint.hpp"
 #include "train/checkpoint_checksum.hpp"
 #include "train/checkpoint_directory.hpp"
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 #include "tensors/safetensors.hpp"
 #include "tests/test_support.hpp"
+#include "tensors/json.hpp"
 
 namespace dpactor {
 namespace {

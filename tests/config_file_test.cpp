@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "config/config_file.hpp"
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 #include "tensors/visible_text.hpp"
 #include "tests/test_support.hpp"
 

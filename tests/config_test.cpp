@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "config/config_file.hpp"
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 #include "tests/test_support.hpp"
 
 namespace dpactor {

@@ -13,7 +13,7 @@
 #include <string>
 #include <tuple>
 
-#include "actors/engine.hpp"
+#include <dpactor/engine.hpp>
 #include "tests/recorded_run.hpp"
 
 namespace dpactor {

@@ -13,7 +13,7 @@
 #include <cstdlib>
 #include <regex>
 
-#include "actors/engine.hpp"
+#include <dpactor/engine.hpp>
 #include "config/config_file.hpp"
 #include "service/event_feed.hpp"
 #include "service/http_service.hpp"

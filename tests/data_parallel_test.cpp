@@ -11,7 +11,7 @@
 #include <cmath>
 
 #include "config/config_file.hpp"
-#include "actors/engine.hpp"
+#include <dpactor/engine.hpp>
 #include "tests/test_support.hpp"
 
 namespace dpactor {

@@ -13,7 +13,7 @@
 #include "data/idx_reader.hpp"
 #include "data/loading.hpp"
 #include "data/synthetic.hpp"
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 #include "tests/test_support.hpp"
 
 namespace dpactor {

@@ -4,15 +4,19 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <fstream>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
-#include "actors/engine.hpp"
-#include "tensors/error.hpp"
+#include <dpactor/engine.hpp>
+#include <dpactor/error.hpp>
+#include <dpactor/log.hpp>
+#include "tensors/gemm.hpp"
 #include "tests/test_support.hpp"
 
 namespace dpactor {
@@ -54,6 +58,35 @@ TEST(EngineLifecycle, ARunOnCpusLoadsNoCublas) {
   std::ifstream maps("/proc/self/maps");
   std::string line;
   while (std::getline(maps, line)) EXPECT_EQ(line.find("libcublas"), std::string::npos) << line;
+}
+
+// See Note [What an engine does to its process]: a run sets OpenBLAS's one
+// thread count for its replicas (1 in reproducible mode) and gives the host's
+// back when it ends; it logs through the host's handler when there is one.
+TEST(EngineLifecycle, ARunGivesBackTheHostsBlasThreadsAndLogsThroughItsHandler) {
+  set_blas_threads(2);
+  std::mutex mutex;
+  std::vector<std::string> lines;
+  set_log_handler([&](log_level, std::string_view line) {
+    std::lock_guard lock(mutex);
+    lines.emplace_back(line);
+  });
+  testing::scratch_dir dir;
+  job_config c = testing::small_job(2, 32, 256);
+  c.train.checkpoint_dir = (dir / "checkpoints").string();
+  Engine engine(c);
+  std::atomic<int> during{0};
+  engine.on_event([&](const event& e) {
+    if (std::holds_alternative<step_event>(e)) during = blas_threads();
+  });
+  engine.start();
+  engine.wait();
+  set_log_handler({});
+  EXPECT_EQ(during, 1) << "a reproducible run's replicas use one OpenBLAS thread each";
+  EXPECT_EQ(blas_threads(), 2) << "the host's count is back after the run";
+  std::lock_guard lock(mutex);
+  EXPECT_TRUE(std::any_of(lines.begin(), lines.end(), [](const std::string& l) { return l.find("checkpoint written") != std::string::npos; }))
+      << lines.size() << " lines reached the handler";
 }
 
 TEST(EngineLifecycle, ReportsEventsInOrder) {

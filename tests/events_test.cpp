@@ -5,7 +5,7 @@
 
 #include <limits>
 
-#include "train/events.hpp"
+#include "train/event_json.hpp"
 
 namespace dpactor {
 namespace {

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "train/fault_plan.hpp"
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 
 namespace dpactor {
 namespace {

@@ -19,8 +19,8 @@
 #include <thread>
 
 #include "config/config_file.hpp"
-#include "actors/engine.hpp"
-#include "tensors/error.hpp"
+#include <dpactor/engine.hpp>
+#include <dpactor/error.hpp>
 #include "tensors/safetensors.hpp"
 #include "tests/recorded_run.hpp"
 #include "train/checkpoint.hpp"

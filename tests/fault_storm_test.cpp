@@ -14,7 +14,7 @@
 #include <random>
 #include <string>
 
-#include "actors/engine.hpp"
+#include <dpactor/engine.hpp>
 #include "tests/test_support.hpp"
 
 namespace dpactor {

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "config/config_file.hpp"
-#include "actors/engine.hpp"
+#include <dpactor/engine.hpp>
 #include "train/step_runner.hpp"
 #include "comms/local.hpp"
 #include "comms/nccl.hpp"

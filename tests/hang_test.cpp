@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "actors/engine.hpp"
-#include "tensors/error.hpp"
+#include <dpactor/engine.hpp>
+#include <dpactor/error.hpp>
 #include "tensors/finite_check.hpp"
 #include "test_support.hpp"
 #include "train/checkpoint.hpp"

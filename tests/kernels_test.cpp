@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "tensors/activation.hpp"
-#include "tensors/flat_layout.hpp"
+#include <dpactor/flat_layout.hpp>
 #include "tensors/gemm.hpp"
 #include "tensors/loss.hpp"
 #include "tensors/mlp.hpp"

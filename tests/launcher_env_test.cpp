@@ -8,7 +8,7 @@
 #include <string>
 
 #include "config/launcher_env.hpp"
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 #include "tests/test_support.hpp"
 
 namespace dpactor {

@@ -7,7 +7,7 @@
 #include "config/config_file.hpp"
 #include "config/memory_needs.hpp"
 #include "tensors/cpu_replica.hpp"
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 #include "tests/test_support.hpp"
 #include "train/memory_estimate.hpp"
 

@@ -9,8 +9,8 @@
 
 #include <map>
 
-#include "actors/engine.hpp"
-#include "tensors/error.hpp"
+#include <dpactor/engine.hpp>
+#include <dpactor/error.hpp>
 #include "tests/cli_support.hpp"
 
 namespace dpactor {

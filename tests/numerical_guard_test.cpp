@@ -11,9 +11,9 @@
 #include <regex>
 #include <string>
 
-#include "actors/engine.hpp"
+#include <dpactor/engine.hpp>
 #include "data/loading.hpp"
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 #include "tensors/finite_check.hpp"
 #include "tensors/safetensors.hpp"
 #include "test_support.hpp"

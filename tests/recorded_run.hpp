@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/engine.hpp"
+#include <dpactor/engine.hpp>
 #include "tests/test_support.hpp"
 
 namespace dpactor::testing {

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "tensors/flat_layout.hpp"
+#include <dpactor/flat_layout.hpp>
 #include "tensors/mlp.hpp"
 
 namespace dpactor::testing {

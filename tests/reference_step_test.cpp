@@ -9,7 +9,7 @@
 #include <cmath>
 #include <filesystem>
 
-#include "actors/engine.hpp"
+#include <dpactor/engine.hpp>
 #include "data/loading.hpp"
 #include "data/sampler.hpp"
 #include "tensors/gemm.hpp"

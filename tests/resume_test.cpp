@@ -4,8 +4,8 @@
 
 #include <gtest/gtest.h>
 
-#include "actors/engine.hpp"
-#include "tensors/error.hpp"
+#include <dpactor/engine.hpp>
+#include <dpactor/error.hpp>
 #include "tests/test_support.hpp"
 
 namespace dpactor {

@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "train/checkpoint.hpp"
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 #include "tensors/json.hpp"
 #include "tensors/mlp.hpp"
 #include "tensors/safetensors.hpp"

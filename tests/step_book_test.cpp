@@ -12,7 +12,7 @@
 #include <set>
 #include <vector>
 
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 #include "train/issued_steps.hpp"
 #include "train/step_book.hpp"
 #include "train/straggler.hpp"

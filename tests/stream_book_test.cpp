@@ -14,7 +14,7 @@
 
 #include "data/epoch_ledger.hpp"
 #include "data/record_queue.hpp"
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 #include "train/issued_records.hpp"
 
 namespace dpactor {

@@ -20,8 +20,9 @@
 #include <string>
 #include <thread>
 
-#include "actors/engine.hpp"
+#include <dpactor/engine.hpp>
 #include "stream_records.hpp"
+#include "tensors/json.hpp"
 
 using namespace dpactor;
 

@@ -11,10 +11,11 @@
 #include <mutex>
 #include <thread>
 
-#include "actors/engine.hpp"
+#include <dpactor/engine.hpp>
 #include "stream_records.hpp"
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 #include "test_support.hpp"
+#include "tensors/json.hpp"
 
 namespace dpactor {
 namespace {

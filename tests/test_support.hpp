@@ -15,7 +15,7 @@
 
 #include <gtest/gtest.h>
 
-#include "actors/engine.hpp"
+#include <dpactor/engine.hpp>
 #include "config/job_config.hpp"
 
 namespace dpactor::testing {

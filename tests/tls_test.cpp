@@ -8,7 +8,7 @@
 #include <string>
 
 #include "actors/tls.hpp"
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 #include "test_support.hpp"
 
 namespace dpactor {

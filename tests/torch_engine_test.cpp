@@ -2,7 +2,7 @@
 // replicas stay bitwise identical after every step, two follow one, and the
 // reproducible mode gives the same bytes on 1, 2 and 3 replicas; checkpoints
 // carry the module's state_dict names and values; a module defined in C++
-// (torch/module_model.hpp) or a TorchScript module the program loaded itself
+// (dpactor/torch_module.hpp) or a TorchScript module the program loaded itself
 // trains with no file in between; a module's buffers (BatchNorm) keep the
 // replicas identical and come back on resume; a module that does not fit the
 // job is refused before training. The binding alone, against libtorch:
@@ -17,12 +17,12 @@
 #include <filesystem>
 #include <map>
 
-#include "actors/engine.hpp"
-#include "tensors/error.hpp"
+#include <dpactor/engine.hpp>
+#include <dpactor/error.hpp>
 #include "tensors/safetensors.hpp"
 #include "tensors/torch_model.hpp"
 #include "tests/torch_support.hpp"
-#include "torch/module_model.hpp"
+#include <dpactor/torch_module.hpp>
 
 namespace dpactor {
 namespace {

@@ -16,7 +16,7 @@
 #include <random>
 
 #include "tensors/cpu_replica.hpp"
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 #include "tensors/torch_model.hpp"
 #include "tests/torch_support.hpp"
 

@@ -13,6 +13,7 @@
 // storage and would put every parameter on the first).
 
 #include "torch/bound_module.hpp"
+#include <dpactor/error.hpp>
 
 #include <ATen/Parallel.h>
 
@@ -62,7 +63,7 @@ batch_stats bound_module::forward_backward(const float* params, float* grads, co
   try {
     return train_step(params, grads, x, labels, n, overwrite, on_layer_done);
   } catch (const c10::Error& e) {
-    throw std::runtime_error(parts_.name + ": " + first_line(e.what_without_backtrace()));
+    throw error(error_kind::internal, parts_.name + ": " + first_line(e.what_without_backtrace()));
   }
 }
 
@@ -70,7 +71,7 @@ batch_stats bound_module::evaluate(const float* params, const float* x, const st
   try {
     return evaluation(params, x, labels, n);
   } catch (const c10::Error& e) {
-    throw std::runtime_error(parts_.name + ": " + first_line(e.what_without_backtrace()));
+    throw error(error_kind::internal, parts_.name + ": " + first_line(e.what_without_backtrace()));
   }
 }
 
@@ -250,7 +251,7 @@ at::Tensor bound_module::forward(const float* x, std::size_t n) {
   const at::Tensor in = torch::from_blob(const_cast<float*>(x), shape_);
   at::Tensor out = parts_.forward(in);
   if (out.dim() != 2 || out.size(0) != static_cast<std::int64_t>(n) || out.size(1) != static_cast<std::int64_t>(classes_))
-    throw std::runtime_error(parts_.name + ": forward of a batch of " + std::to_string(n) + " returned " +
+    throw error(error_kind::internal, parts_.name + ": forward of a batch of " + std::to_string(n) + " returned " +
                              shape_text(out.sizes()) + ", not [" + std::to_string(n) + ", " +
                              std::to_string(classes_) + "]");
   return out;

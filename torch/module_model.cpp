@@ -1,8 +1,13 @@
-#include "torch/module_model.hpp"
+#include <dpactor/torch_module.hpp>
+
+#include <torch/script.h>
+#include <torch/torch.h>
+
+#include "tensors/torch_model.hpp"
 
 #include <mutex>
 
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 #include "torch/bound_module.hpp"
 
 namespace dpactor {

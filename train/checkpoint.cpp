@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <functional>
 
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 #include "train/checkpoint_checksum.hpp"
 #include "tensors/file_io.hpp"
 #include "tensors/finite_check.hpp"

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 
 namespace dpactor {
 namespace {

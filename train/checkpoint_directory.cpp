@@ -10,7 +10,7 @@
 #include <cstring>
 #include <string>
 
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 #include "tensors/visible_text.hpp"
 
 namespace dpactor {

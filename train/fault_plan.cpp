@@ -3,7 +3,7 @@
 #include <charconv>
 #include <cmath>
 
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 #include "tensors/visible_text.hpp"
 
 namespace dpactor {

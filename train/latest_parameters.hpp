@@ -13,18 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "tensors/flat_layout.hpp"
+#include <dpactor/snapshot.hpp>
 
 namespace dpactor {
-
-// Parameters of the model at one step boundary, laid out as in a
-// checkpoint's model.safetensors.
-struct parameter_snapshot {
-  std::int64_t step = 0;  // optimizer steps done when it was taken: its version
-  flat_layout layout;
-  std::vector<float> values;
-  std::span<const float> tensor(const std::string& name) const;
-};
 
 class latest_parameters {
  public:

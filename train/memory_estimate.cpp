@@ -10,7 +10,7 @@
 #include <limits>
 #include <sstream>
 
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 
 namespace dpactor {
 namespace {

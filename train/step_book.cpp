@@ -5,7 +5,7 @@
 #include <limits>
 #include <string>
 
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 
 namespace dpactor {
 namespace {

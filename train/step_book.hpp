@@ -21,10 +21,10 @@
 #include <span>
 #include <vector>
 
-#include "tensors/error.hpp"
+#include <dpactor/error.hpp>
 #include "tensors/lr_schedule.hpp"
 #include "tensors/mlp.hpp"
-#include "train/events.hpp"
+#include <dpactor/events.hpp>
 #include "train/step_record.hpp"
 #include "train/straggler.hpp"
 

@@ -7,10 +7,6 @@
 
 namespace dpactor {
 
-// What a step whose loss or gradients hold NaN or infinite values does
-// (train.on_nonfinite). See Note [Non-finite steps].
-enum class nonfinite_policy { stop, skip };
-
 struct step_record {
   std::int64_t step = 0;
   std::int64_t epoch = 0;

@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include <dpactor/job_config.hpp>  // nonfinite_policy
 #include "train/device_progress.hpp"
 #include "train/fault_plan.hpp"
 #include "train/step_record.hpp"

@@ -15,7 +15,6 @@
 // parameters, GET /metrics, /status, and with DPACTOR_SERVICE_TOKEN set the
 // control endpoints.
 
-#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <csignal>
@@ -27,14 +26,8 @@
 #include <sstream>
 #include <thread>
 
-#include "actors/engine.hpp"
-#include "actors/engine_controls.hpp"
-#include "config/config_file.hpp"
-#include "service/control_routes.hpp"
-#include "service/feature_body.hpp"
-#include "service/http_service.hpp"
-#include "service/service_token.hpp"
-#include "tensors/mlp.hpp"
+#include <dpactor/engine.hpp>
+#include <dpactor/http.hpp>
 
 namespace fs = std::filesystem;
 using namespace dpactor;
@@ -110,26 +103,6 @@ std::int64_t read_offset(const fs::path& file) {
   return in >> next ? next : 0;
 }
 
-// POST /predict: {"features": [...]} -> the class under the latest parameters.
-http_reply predict(const Engine& engine, const mlp_spec& spec, const http_request_view& req) {
-  const auto snap = engine.latest_snapshot();
-  if (!snap) return json_error(503, "no parameters yet");
-  std::vector<float> x;
-  try {
-    x = parse_feature_body(req.body);
-  } catch (const std::invalid_argument& e) {
-    return json_error(400, e.what());
-  }
-  if (x.size() != static_cast<std::size_t>(spec.inputs()))
-    return json_error(400, "expected " + std::to_string(spec.inputs()) + " features, got " + std::to_string(x.size()));
-  thread_local std::unique_ptr<mlp> model;
-  if (!model) model = std::make_unique<mlp>(spec, 1);
-  std::vector<float> logits(static_cast<std::size_t>(spec.outputs()));
-  model->predict(snap->values.data(), x.data(), 1, logits.data());
-  const auto best = std::max_element(logits.begin(), logits.end()) - logits.begin();
-  return {200, json{{"class", best}, {"logits", logits}, {"version", snap->step}}.dump() + "\n"};
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -176,30 +149,18 @@ int main(int argc, char** argv) {
     options.records = upstream;
 
     Engine engine(config, options);
-    auto board = std::make_shared<metrics_board>();
-    auto events = std::make_shared<event_feed>();
     engine.on_event([&](const event& e) {
-      board->on_event(e);
-      events->on_event(e);
       if (const auto* c = std::get_if<checkpoint_event>(&e); c && c->committed_sequence >= 0)
         commit_offset(offset_file, c->committed_sequence + 1);  // only after the checkpoint holds it
       if (const auto* s = std::get_if<step_event>(&e))
         std::printf("step %lld: loss %.4f, accuracy %.3f, %.0f samples/s\n", static_cast<long long>(s->step), s->loss,
                     s->accuracy, s->samples_per_s);
     });
-    std::unique_ptr<http_service> http;
+    // The run over HTTP (service.listen): the dashboard, /metrics, /status,
+    // /events, POST /predict, and the control routes with a token.
+    std::unique_ptr<http_face> http;
     if (!config.service.listen.empty()) {
-      http_service_options o;
-      const auto colon = config.service.listen.rfind(':');
-      o.address = config.service.listen.substr(0, colon);
-      o.port = static_cast<std::uint16_t>(std::stoi(config.service.listen.substr(colon + 1)));
-      o.token = read_service_token(config.service.token_file);
-      o.thread_nice = static_cast<int>(config.service.thread_nice);
-      o.events = events;
-      o.routes = control_routes(engine_controls(engine));
-      o.routes.push_back(
-          {"POST", "/predict", false, [&](const http_request_view& r) { return predict(engine, config.model, r); }, true});
-      http = std::make_unique<http_service>(board, std::move(o));
+      http = std::make_unique<http_face>(engine);
       std::printf("serving on http://%s:%u (dashboard at /, POST /predict, GET /metrics, /status, /events)\n",
                   http->address().c_str(), http->port());
     }
@@ -215,7 +176,6 @@ int main(int argc, char** argv) {
     const run_summary summary = engine.wait();
     interrupted = true;
     watcher.join();
-    board->set_running(false);
     std::printf("stopped after %lld steps; every record up to %lld is trained and committed\n",
                 static_cast<long long>(summary.steps), static_cast<long long>(engine.committed_sequence()));
     return 0;

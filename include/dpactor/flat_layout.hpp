@@ -1,5 +1,6 @@
 #pragma once
-// Named tensors laid out in one flat float array. A replica's parameters,
+// Named tensors laid out in one flat float array (public API: a snapshot
+// and a checkpoint's model.safetensors are laid out so). A replica's parameters,
 // its gradients and each optimizer slot follow such a layout inside its state
 // buffer (See Note [Replica state buffer]): the collective reduces all
 // gradients in one call and the optimizer updates everything in one pass.
@@ -12,8 +13,6 @@
 #include <span>
 #include <string>
 #include <vector>
-
-#include "tensors/aligned_buffer.hpp"  // buffer_alignment
 
 namespace dpactor {
 

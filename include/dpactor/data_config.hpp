@@ -1,5 +1,5 @@
 #pragma once
-// The [data] section of a job config (documented in docs/config.md).
+// The [data] section of a job config (public API; docs/config.md).
 
 #include <cstdint>
 #include <string>

@@ -1,15 +1,13 @@
 #pragma once
-// What the engine reports while it trains: to the event callback, and (through
-// the CLI) to the metrics file as JSON Lines. No CAF types here: this header is
-// part of the public API.
+// What the engine reports while it trains (public API): to the event
+// callbacks (Engine::on_event), and through the command line to the metrics
+// file as JSON Lines (train/event_json.hpp).
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <variant>
 #include <vector>
-
-#include "tensors/json.hpp"
-#include "train/sample_digest.hpp"
 
 namespace dpactor {
 
@@ -105,7 +103,7 @@ struct run_summary {
   bool stopped = false;        // ended by stop() before the planned end
 };
 
-json to_json(const event& e);
-json to_json(const run_summary& s);
+// Called on an engine thread for every event; must not block for long.
+using event_callback = std::function<void(const event&)>;
 
 }  // namespace dpactor

@@ -16,7 +16,26 @@
 //   engine.on_event(...)  -> checkpoint_event::committed_sequence
 //
 // Every member function is thread-safe. An engine can be started again after
-// wait() returned. This header includes no CAF.
+// wait() returned. Every error it throws is a dpactor::error (error.hpp) whose
+// code() says what happened.
+//
+// Note [What an engine does to its process]
+// Nothing process-wide without the host's consent: no signal disposition is
+// changed (SIGPIPE is blocked only on the threads that write to sockets,
+// while they write), no libssl symbol is replaced, OpenBLAS's thread count is
+// set only when the job asks (cluster.blas_threads > 0; the dpactor program
+// sets it for its jobs), logs go where set_log_handler (log.hpp) says, and
+// nothing calls abort() or exit(). What remains, and why:
+//  - the actors run on threads of a CAF actor system of the engine's own,
+//    one per run; each device's work on a thread of its own;
+//  - with cluster TLS on, CAF's OpenSSL module initialises OpenSSL, and the
+//    contexts CAF's threads create while such an engine runs get dpactor's
+//    info callback, to log refused peers (See Note [Refused TLS peers are
+//    logged], actors/tls.hpp); other contexts are never touched;
+//  - a device thread stuck in a driver call cannot be ended: after a run
+//    whose teardown gave up on one, left_threads_behind() is true, the thread
+//    stays, and start() throws an error of code stuck_thread. Ending the
+//    process soon (std::_Exit) is the host's choice to make.
 
 #include <chrono>
 #include <cstdint>
@@ -27,17 +46,19 @@
 #include <string>
 #include <vector>
 
-#include "train/events.hpp"
-#include "config/job_config.hpp"
-#include "actors/run_control.hpp"
-#include "comms/collective.hpp"
-#include "data/record_queue.hpp"
-#include "tensors/error.hpp"
-#include "tensors/flat_layout.hpp"
-#include "tensors/torch_model.hpp"
-#include "train/latest_parameters.hpp"
+#include <dpactor/error.hpp>
+#include <dpactor/events.hpp>
+#include <dpactor/job_config.hpp>
+#include <dpactor/snapshot.hpp>
+#include <dpactor/stream.hpp>
 
 namespace dpactor {
+
+class collective_group;        // comms/collective.hpp: a custom backend's group
+class torch_model;             // tensors/torch_model.hpp
+struct torch_model_options;
+// A replica's model from the embedder (torch_module.hpp makes one).
+using torch_model_factory = std::function<std::unique_ptr<torch_model>(const torch_model_options& options)>;
 
 // Multi-node: this engine coordinates workers in other processes (See Note
 // [Coordinator and workers], actors/coordinator.hpp; needs the Gloo backend).
@@ -68,7 +89,7 @@ struct run_options {
   // own, in place of (or besides) Engine::feed. Its end ends the run.
   std::shared_ptr<record_source> records;
   // A model made by the embedder, one per replica, in place of model.kind's
-  // (torch/module_model.hpp makes one from a torch::nn::Module factory;
+  // (dpactor/torch_module.hpp makes one from a torch::nn::Module factory;
   // model.input_shape gives one sample's shape). Empty: model.kind's.
   torch_model_factory torch_model;
 };
@@ -80,12 +101,15 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Set before start(); called on an engine thread, must not block for long.
+  // Adds a callback for the run's events (before start()); every callback
+  // added is called, in the order added, on an engine thread, and must not
+  // block for long. An exception one throws is logged and dropped.
   void on_event(event_callback callback);
 
   // Loads the data and the initial state, spawns the actors and returns.
   // Throws data_error, checkpoint_error or config_error; an error of code
-  // already_running if a run is in progress.
+  // already_running if a run is in progress, stuck_thread after a run that
+  // left a thread behind.
   void start();
   // Blocks until the run ends; returns its summary, or throws the error that
   // ended it (training_error, checkpoint_error); code no_run without a run. Tears the actors down,
@@ -93,8 +117,7 @@ class Engine {
   run_summary wait();
   // Whether a teardown gave up on a thread that would not end (a device
   // stuck in a driver call): it was logged by name, and the actor system was
-  // left running for it. A program should then end with std::_Exit rather
-  // than run static destructors under that thread.
+  // left running for it (See Note [What an engine does to its process]).
   bool left_threads_behind() const noexcept;
   // Asks the run to stop at the next step boundary (a checkpoint is written if
   // train.checkpoint_dir is set). Returns at once; safe from any thread, also

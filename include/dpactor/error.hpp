@@ -1,7 +1,7 @@
 #pragma once
-// Error types shared by every layer, each of a kind, so that a library caller
-// and the command line classify a failure the same way (the command line maps
-// kinds to exit codes: cli/exit_codes.hpp).
+// dpactor's errors (public API). Every layer throws these, each of a kind, so
+// that a library caller and the command line classify a failure the same way
+// (the command line maps kinds to exit codes: cli/exit_codes.hpp).
 
 #include <stdexcept>
 #include <string>
@@ -21,6 +21,12 @@ enum class error_kind {
   run_ended,        // the run ended before it answered
   unknown_device,   // no member has the name it was given
   invalid_argument, // an argument out of its range (a learning rate of 0)
+  // A thread the engine started is stuck (a device in a driver call) and was
+  // left running when the run was torn down: the engine cannot start again,
+  // and the process should end soon (with std::_Exit: static destructors
+  // would run under that thread). See Note [Bounded shutdown].
+  stuck_thread,
+  collective,       // a collective failed: a peer was lost, it timed out or was aborted
 };
 
 // Every error dpactor throws to a caller is this one, or one of the kinds

@@ -1,4 +1,4 @@
-#include "train/events.hpp"
+#include "train/event_json.hpp"
 
 namespace dpactor {
 namespace {

@@ -1,9 +1,10 @@
 #pragma once
-// A model defined in C++ for an embedding service: a factory of
+// A model defined in C++ for an embedding service (public API): a factory of
 // torch::nn::Module instances, trained by the libtorch replica with no file
-// in between. Link dpactor::torch_modules (built with libtorch; it links
-// libtorch into the program, unlike the engine's plugin) and pass the
-// factory in run_options::torch_model:
+// in between. Link dpactor::torch_modules (find_package(dpactor COMPONENTS
+// torch); it links libtorch into the program, unlike the engine's plugin),
+// include this header after libtorch's, and pass the factory in
+// run_options::torch_model:
 //
 //   struct NetImpl : torch::nn::Module {
 //     NetImpl() : fc1(register_module("fc1", torch::nn::Linear(784, 128))),
@@ -30,12 +31,17 @@
 // replica trains a deep copy, starting from the module's weights, which stay
 // as they are.
 
-#include <torch/script.h>
-#include <torch/torch.h>
-
 #include <functional>
 
-#include "tensors/torch_model.hpp"
+#include <dpactor/engine.hpp>  // torch_model_factory
+
+// libtorch's types, declared: this header includes none of libtorch.
+namespace torch::nn {
+class AnyModule;
+}  // namespace torch::nn
+namespace torch::jit {
+struct Module;
+}  // namespace torch::jit
 
 namespace dpactor {
 

@@ -36,7 +36,6 @@ collective_backend local_backend() {
   b.capacity = unlimited;
   b.sweep_ranks = 8;
   b.consecutive_calls = 2000;
-  b.abort_wakes_within = 100ms;
   return b;
 }
 
@@ -52,7 +51,6 @@ collective_backend gloo_backend(bool shared_memory) {
     return 0;
   };
 #endif
-  b.abort_wakes_within = 50ms;
   return b;
 }
 
@@ -147,7 +145,7 @@ double slowest_wake_ms(const collective_world& w, bool connect_first, const std:
       std::vector<float> v(1000, 1.0f);
       ++waiting;
       try {
-        c->all_reduce_sum(v, collective_options{60s});
+        c->all_reduce_sum(v, collective_options{abort_test_call_timeout});
       } catch (const collective_error& e) {
         codes[static_cast<std::size_t>(r)] = static_cast<int>(e.code());
       }

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <span>
@@ -371,10 +372,14 @@ TEST_P(Abort, AGroupAbortedFromOutsideWakesEveryWaitingRank) {
   // Rank 0's process aborts its group; where ranks hold groups of their
   // own, ranks 1 and 2 learn it from their peers.
   const double slowest = testing::slowest_wake_ms(w, true, [&] { w.group_of(0).abort(); }, codes);
+  std::printf("[ measured ] %s: the slowest waiting rank woke %.2f ms after the abort\n", backend().name.c_str(),
+              slowest);
+  // The abort woke them, not their calls' timeout: the error says so, and
+  // they woke long before it.
   for (std::size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], static_cast<int>(collective_errc::aborted)) << "rank " << r;
-  if (backend().abort_wakes_within) {
-    EXPECT_LT(slowest, static_cast<double>(backend().abort_wakes_within->count()));
-  }
+  const double third_of_the_timeout_ms =
+      std::chrono::duration<double, std::milli>(testing::abort_test_call_timeout).count() / 3;
+  EXPECT_LT(slowest, third_of_the_timeout_ms);
   EXPECT_TRUE(w.group_of(0).aborted());
   std::vector<float> v(4);
   EXPECT_THROW(w.endpoint(0)->all_reduce_sum(v, {}), collective_error) << "later calls fail fast too";

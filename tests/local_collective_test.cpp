@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <string>
 #include <vector>
 
+#include "comms/collective.hpp"
 #include "comms/local.hpp"
 
 namespace dpactor {
@@ -30,8 +32,12 @@ TEST(LocalTimeout, ALoneRankTimesOutAndTheLatePeerIsToldARankTimedOut) {
     EXPECT_EQ(e.code(), collective_errc::timeout) << e.what();
   }
   const auto waited = std::chrono::steady_clock::now() - start;
+  std::printf("[ measured ] a 50 ms call timed out after %.1f ms\n",
+              std::chrono::duration<double, std::milli>(waited).count());
   EXPECT_GE(waited, 50ms);
-  EXPECT_LT(waited, 2s);
+  // Its own 50 ms, not the default timeout (ten minutes) nor a hang; the
+  // bound is far from both, so a loaded machine does not trip it.
+  EXPECT_LT(waited, default_collective_timeout / 60);
   // The peer arriving late learns that the group is broken.
   try {
     group->endpoint(1)->all_reduce_sum(v, {});

@@ -1,11 +1,12 @@
 // Note [NCCL's unique id through the store], without NCCL: generation rank 0
 // makes the id and every other rank reads the same bytes; a waiting rank sees
-// an abort within 50 ms and gives up at its deadline.
+// an abort long before its deadline and gives up at its deadline.
 
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <thread>
 #include <vector>
 
@@ -46,7 +47,9 @@ TEST(NcclRendezvous, EveryRankGetsTheIdRankZeroMade) {
   }
 }
 
-TEST(NcclRendezvous, AWaitingRankSeesAnAbortWithin50ms) {
+// The abort, not the 60 s deadline, ends the wait: the error says aborted
+// (the deadline says timeout), and it comes long before the deadline.
+TEST(NcclRendezvous, AWaitingRankSeesAnAbortLongBeforeItsDeadline) {
   auto store = make_memory_store();
   std::atomic<bool> aborted{false};
   clock_type::time_point set_at;
@@ -63,7 +66,9 @@ TEST(NcclRendezvous, AWaitingRankSeesAnAbortWithin50ms) {
   }
   const auto woke = clock_type::now();
   aborter.join();
-  EXPECT_LT(woke - set_at, 50ms);
+  std::printf("[ measured ] the wait ended %.2f ms after the abort\n",
+              std::chrono::duration<double, std::milli>(woke - set_at).count());
+  EXPECT_LT(woke - set_at, 20s) << "a third of the deadline";
 }
 
 TEST(NcclRendezvous, AWaitingRankGivesUpAtItsDeadline) {
@@ -77,8 +82,11 @@ TEST(NcclRendezvous, AWaitingRankGivesUpAtItsDeadline) {
     EXPECT_EQ(e.code(), collective_errc::timeout) << e.what();
     EXPECT_NE(std::string(e.what()).find("g1/nccl_id"), std::string::npos) << e.what();
   }
-  EXPECT_GE(clock_type::now() - start, 300ms);
-  EXPECT_LT(clock_type::now() - start, 2s);
+  const auto waited = clock_type::now() - start;
+  std::printf("[ measured ] a 300 ms deadline ended the wait after %.1f ms\n",
+              std::chrono::duration<double, std::milli>(waited).count());
+  EXPECT_GE(waited, 300ms);
+  EXPECT_LT(waited, 10s) << "the wait outlived its deadline many times over";
 }
 
 TEST(NcclRendezvous, AnIdOfTheWrongSizeIsAMismatch) {

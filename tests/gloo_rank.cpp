@@ -8,6 +8,10 @@
 //          shared memory), then all-reduces until one fails:
 //          OUT_FILE gets "failed CODE NANOSECONDS" (steady clock) and the
 //          exit code is 3. loop-big: the same with 64 MB buffers.
+// send-big: like loop, but broadcasts of 256 MB from rank 0: rank 0 only
+//          writes to its peers, and they only read.
+// Like any program, it keeps SIGPIPE's default action (the process ends):
+// what the backend does about SIGPIPE must hold without help from main.
 
 #include <chrono>
 #include <cmath>
@@ -62,13 +66,22 @@ int main(int argc, char** argv) {
       write_floats(out, testing::conform_results(*c));
       return 0;
     }
-    if (scenario == "loop" || scenario == "loop-big") {
+    if (scenario == "loop" || scenario == "loop-big" || scenario == "send-big") {
+      // loop-big: 64 MB a call, so that a peer's death lands in the middle of
+      // a message; send-big: 256 MB, several times what the two sockets
+      // buffer, so that a writer stopped at random is most likely stopped
+      // with part of a message still to write. Filled before "ready": the
+      // calls start at once.
+      const std::size_t floats = scenario == "loop" ? 235146 : scenario == "loop-big" ? std::size_t{16} << 20
+                                                                                      : std::size_t{64} << 20;
+      std::vector<float> v(floats, 1.0f);
       c->barrier({});
       { std::ofstream(out_file) << "ready " << gloo_shared_memory_peers(*c) << "\n"; }
-      // loop-big: 64 MB a call, so that a peer's death lands in the middle
-      // of a message.
-      std::vector<float> v(scenario == "loop" ? 235146 : std::size_t{16} << 20, 1.0f);
-      for (long i = 0;; ++i) c->all_reduce_sum(v, collective_options{std::chrono::seconds(30)});
+      const collective_options options{std::chrono::seconds(30)};
+      for (long i = 0;; ++i) {
+        if (scenario == "send-big") c->broadcast(v, 0, options);
+        else c->all_reduce_sum(v, options);
+      }
     }
   } catch (const collective_error& e) {
     const auto now = std::chrono::steady_clock::now().time_since_epoch();

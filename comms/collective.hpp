@@ -71,9 +71,11 @@ struct collective_options {
 // to stop: the local backend's closing barrier drains (comms/spin_barrier),
 // the driver group aborts every rank's driver before any returns. A peer
 // that cannot be waited for (a thread that is never scheduled again) makes
-// the group poisoned: the process stops with a message saying so rather than
-// return into memory that a peer would corrupt. tests/collective_abort_test
-// is the abort storm that checks this under AddressSanitizer.
+// the group poisoned: the rank's thread never returns into memory that a peer
+// would corrupt; it stays in the call, says so on stderr, and the engine's
+// teardown reports it as a stuck thread (the host ends the process; the
+// library never aborts it). tests/collective_abort_test is the abort storm
+// that checks this under AddressSanitizer.
 
 // One rank's endpoint of a group; used by that rank's thread only.
 class collective {

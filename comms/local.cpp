@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comms/rank_order.hpp"
@@ -51,15 +52,17 @@ struct shared_state {
 };
 
 // See Note [Posted memory outlives an abort]. No return is safe: the caller
-// would free memory a peer may still write.
+// would free memory a peer may still write. The thread stays here for good,
+// and the engine's teardown reports it as stuck (Engine::left_threads_behind,
+// then error_kind::stuck_thread): the host decides when the process ends.
 [[noreturn]] void poisoned(int rank, const char* op, std::chrono::milliseconds bound) {
   std::fprintf(stderr,
                "dpactor: fatal: local collective poisoned: rank %d could not leave %s after the group was aborted: "
                "a peer rank did not leave the exchange within %lld ms and may still use this rank's memory. "
-               "Stopping the process rather than corrupting its heap.\n",
+               "This thread stays in the call for good rather than corrupt the heap; end the process.\n",
                rank, op, static_cast<long long>(bound.count()));
   std::fflush(stderr);
-  std::abort();
+  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
 }
 
 class local_endpoint final : public collective {

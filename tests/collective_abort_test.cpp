@@ -233,8 +233,9 @@ TEST(Drain, NoRankReturnsWhileAPeerIsStillInsideTheExchange) {
 }
 
 // A peer that never leaves the exchange after an abort: the others cannot
-// return safely, so the process stops and says why.
-TEST(DrainDeathTest, APeerStuckInsideTheExchangePoisonsTheGroupAndStopsTheProcess) {
+// return safely, so they stay in the call for good and say why; the library
+// does not end the process (the engine reports a stuck thread).
+TEST(DrainDeathTest, APeerStuckInsideTheExchangePoisonsTheGroupAndTheRankNeverReturns) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   const auto stuck_peer = [] {
     local_group_options o;
@@ -251,14 +252,20 @@ TEST(DrainDeathTest, APeerStuckInsideTheExchangePoisonsTheGroupAndStopsTheProces
       group->endpoint(1)->all_reduce_sum(v, {});
     });
     peer.detach();
-    std::vector<float> v(64, 1.0f);
-    try {
-      group->endpoint(0)->all_reduce_sum(v, {});
-    } catch (const collective_error&) {
-    }
-    std::_Exit(0);  // reached only if rank 0 returned
+    std::atomic<bool> returned{false};
+    std::thread rank0([&] {
+      std::vector<float> v(64, 1.0f);
+      try {
+        group->endpoint(0)->all_reduce_sum(v, {});
+      } catch (const collective_error&) {
+      }
+      returned = true;
+    });
+    rank0.detach();
+    std::this_thread::sleep_for(3s);  // 15 drain bounds
+    std::_Exit(returned ? 0 : 3);     // 3: rank 0 is still inside, as it must be
   };
-  EXPECT_DEATH(stuck_peer(), "local collective poisoned: rank 0 could not leave all_reduce");
+  EXPECT_EXIT(stuck_peer(), ::testing::ExitedWithCode(3), "local collective poisoned: rank 0 could not leave all_reduce");
 }
 
 }  // namespace

@@ -173,10 +173,16 @@ job_config faulty_job(int replicas, std::vector<std::string> faults) {
 }
 
 TEST(BucketedStep, LateMembersAreCutThoughTheBackendCannotNameThem) {
-  // cpu:1 is delayed 30 ms on every step: the reducer must infer that it is
+  // cpu:1 is delayed 200 ms on every step: the reducer must infer that it is
   // the one missing from the members that said they are waiting.
-  job_config c = faulty_job(2, {"jitter:1:1.0:30"});
+  job_config c = faulty_job(2, {"jitter:1:1.0:200"});
   c.straggler.policy = straggler_policy::cut;
+  // 1.1 x the median compute time, and 200 ms late: past the deadline
+  // however slow a loaded machine makes the step, with time for the cut to
+  // reach the member (the delay ends at the cut, so a cut step stays short).
+  // At 30 ms and 1.5 a 2-core machine running four tests at once often cut
+  // nobody.
+  c.straggler.deadline_factor = 1.1;
   c.train.epochs = 1;
   const recorded_run r = run(c, std::make_shared<testing::emulated_log>());
   ASSERT_EQ(r.epochs.size(), 1u);

@@ -62,10 +62,16 @@ INSTANTIATE_TEST_SUITE_P(EveryPolicy, StragglerPolicies,
                          policy_case_name);
 
 TEST_P(Faults, CutIndicesAreTrainedLaterInTheSameEpoch) {
-  // cpu:1 is delayed 30 ms on every step: far past any deadline, so it is cut
+  // cpu:1 is delayed 200 ms on every step: far past any deadline, so it is cut
   // every time and its indices go to later steps of the same epoch.
-  job_config c = faulty_job(2, {"jitter:1:1.0:30"});
+  job_config c = faulty_job(2, {"jitter:1:1.0:200"});
   c.straggler.policy = straggler_policy::cut;
+  // 1.1 x the median compute time, and 200 ms late: past the deadline
+  // however slow a loaded machine makes the step, with time for the cut to
+  // reach the member (the delay ends at the cut, so a cut step stays short).
+  // At 30 ms and 1.5 a 2-core machine running four tests at once often cut
+  // nobody.
+  c.straggler.deadline_factor = 1.1;
   c.train.reproducible = false;  // cuts defer samples only then; reproducible runs steal instead
   c.train.epochs = 1;
   const recorded_run r = run_recorded(c);
@@ -82,8 +88,14 @@ TEST_P(Faults, AResumeAfterCutsTrainsEverySampleOnceAcrossBothRuns) {
   // first epoch, cut indices are waiting in the ledger: the checkpoint must
   // carry them, and the resumed run train them, once.
   testing::scratch_dir dir;
-  job_config c = faulty_job(2, {"jitter:1:1.0:30"});
+  job_config c = faulty_job(2, {"jitter:1:1.0:200"});
   c.straggler.policy = straggler_policy::cut;
+  // 1.1 x the median compute time, and 200 ms late: past the deadline
+  // however slow a loaded machine makes the step, with time for the cut to
+  // reach the member (the delay ends at the cut, so a cut step stays short).
+  // At 30 ms and 1.5 a 2-core machine running four tests at once often cut
+  // nobody.
+  c.straggler.deadline_factor = 1.1;
   c.train.reproducible = false;
   c.train.epochs = 2;
   c.train.checkpoint_dir = (dir / "ckpt").string();
@@ -126,8 +138,14 @@ TEST_P(Schedule, WithoutCutsEveryStepRunsAtTheRateOfItsIndex) {
 TEST_P(Schedule, StepsThatCutsAddStayInsideTheirEpochsShareOfTheSchedule) {
   // As in CutIndicesAreTrainedLaterInTheSameEpoch: cpu:1 is cut every step,
   // so each epoch takes more than its 16 steps.
-  job_config c = scheduled_job({"jitter:1:1.0:30"});
+  job_config c = scheduled_job({"jitter:1:1.0:200"});
   c.straggler.policy = straggler_policy::cut;
+  // 1.1 x the median compute time, and 200 ms late: past the deadline
+  // however slow a loaded machine makes the step, with time for the cut to
+  // reach the member (the delay ends at the cut, so a cut step stays short).
+  // At 30 ms and 1.5 a 2-core machine running four tests at once often cut
+  // nobody.
+  c.straggler.deadline_factor = 1.1;
   c.train.reproducible = false;
   const lr_schedule expected = make_lr_schedule(c, 32);
   const recorded_run r = run_recorded(c);

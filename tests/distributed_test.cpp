@@ -194,7 +194,7 @@ TEST(Distributed, ARestartedCoordinatorResumesLatestTakesItsWorkersBackAndEndsWi
   ASSERT_TRUE(job.start_coordinator(resume, second));
   ASSERT_EQ(job.port(), port);
   const auto [c, w] = job.finish(*worker);
-  ASSERT_EQ(c.exit_code, 0) << c.output;
+  ASSERT_EQ(c.exit_code, 0) << c.output << "\n--- the worker's output:\n" << w.output;
   EXPECT_EQ(w.exit_code, 0) << w.output;
   EXPECT_NE(w.output.find("lost the coordinator"), std::string::npos) << w.output;
   EXPECT_NE(w.output.find("joining again as a new member"), std::string::npos) << w.output;

@@ -47,7 +47,7 @@ void run_step(device_ptr self, const step_shard& shard) {
   const std::int64_t counter = model.optimizer_steps();
   const dataset& rows = shard.rows ? *shard.rows : *st.setup->train;
   const step_runner::computed c =
-      shard.sliced() ? st.runner->compute_slices(shard, model, rows, *st.setup->control, *st.group)
+      shard.sliced() ? st.runner->compute_slices(shard, model, rows, *st.setup->control, *st.group, st.setup->workers.get())
                      : st.runner->compute(shard, model, rows, *st.setup->control, *st.group, st.comm.get());
   // A sliced step returns nothing: what a member did not compute, another did.
   const std::size_t returned = c.sliced ? 0 : shard.indices.size() - c.done;

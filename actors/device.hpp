@@ -42,6 +42,7 @@
 #include "comms/collective.hpp"
 #include "data/dataset.hpp"
 #include "train/latest_parameters.hpp"
+#include "train/logical_workers.hpp"
 #include "tensors/lr_schedule.hpp"
 #include "tensors/replica.hpp"
 #include "tensors/rng.hpp"
@@ -52,6 +53,9 @@ struct device_setup {
   int id = 0;        // device number: "cpu:<id>", stable across generations
   std::string name;  // "cpu:0", for messages and events
   std::unique_ptr<replica> model;
+  // Round modes: runs the logical workers' rounds, a slice each (See Note
+  // [Logical workers]); null in every_step.
+  std::shared_ptr<logical_worker_runner> workers;
   std::shared_ptr<const dataset> train;
   std::shared_ptr<const dataset> test;
   lr_schedule schedule;

@@ -33,6 +33,21 @@ std::string model_name(const job_config& config, const run_options& options) {
   return options.torch_model ? std::string("the C++ module (run_options::torch_model)") : config.module.path;
 }
 
+// The sync.mode a checkpoint's run was configured with: its trainer record's
+// config, where a [sync] section names one ("every_step" before there were
+// round modes).
+std::string checkpoint_sync_mode(const std::string& config_toml) {
+  const auto section = config_toml.find("[sync]\n");
+  if (section == std::string::npos) return "every_step";
+  const auto end = config_toml.find("\n[", section + 1);
+  const std::string body = config_toml.substr(section, end == std::string::npos ? std::string::npos : end - section);
+  const std::string key = "\nmode = \"";
+  const auto at = body.find(key);
+  if (at == std::string::npos) return "every_step";
+  const auto value = at + key.size();
+  return body.substr(value, body.find('"', value) - value);
+}
+
 // The state every member starts from: fresh, from weights, or resumed.
 void load_initial_state(const job_config& config, const run_options& options, launch_plan& plan) {
   if (!options.resume_from.empty()) {
@@ -44,6 +59,11 @@ void load_initial_state(const job_config& config, const run_options& options, la
       throw config_error(where + "the checkpoint is of a run with train.mode = \"" +
                          (r.position.stream.active ? "stream" : "epochs") + "\"; this config has train.mode = \"" +
                          (stream ? "stream" : "epochs") + "\"");
+    const std::string mode = checkpoint_sync_mode(r.config);
+    if (mode != "every_step")
+      throw config_error(where + "the checkpoint is of a run with sync.mode = \"" + mode +
+                         "\": its optimizer file holds the outer optimizer's state, and resuming it with sync.mode = "
+                         "\"every_step\" would read that as the job's optimizer state");
     if (!stream && r.train_samples != plan.data.train->rows)
       throw checkpoint_error(where + "the checkpoint was trained on " + std::to_string(r.train_samples) +
                              " samples, the configured training set has " + std::to_string(plan.data.train->rows));
@@ -87,6 +107,61 @@ void load_initial_state(const job_config& config, const run_options& options, la
                         static_cast<std::uint64_t>(config.train.seed));
   }
   plan.initial_state = std::make_shared<const std::vector<float>>(std::move(state));
+}
+
+// The round modes' plan, before the state layout (See Note [Logical workers]).
+void plan_rounds(const job_config& config, const run_options& options, int replicas, launch_plan& plan) {
+  const sync_config& s = config.sync;
+  const std::string mode = s.mode == sync_mode::diloco ? "diloco" : "local_sgd";
+  if (options.coordinator)
+    throw config_error(config.source + ": sync.mode = \"" + mode + "\" trains in one process only in this version: "
+                       "across processes (--coordinator, --join) use sync.mode = \"every_step\"");
+  if (!options.resume_from.empty())
+    throw config_error(config.source + ": resuming a run with sync.mode = \"" + mode + "\" is not built yet in this "
+                       "version: its checkpoints hold the global weights and the outer optimizer's state, not the "
+                       "logical workers' inner states");
+  if (options.torch_model)
+    throw config_error("run_options::torch_model: sync.mode = \"" + mode + "\" runs on native MLP replicas only in "
+                       "this version");
+  plan.shape.every = s.every;
+  plan.shape.workers = s.workers > 0 ? s.workers : replicas;
+  plan.shape.batch = config.train.batch_size;
+  if (config.train.batch_size % plan.shape.workers != 0)
+    throw config_error(config.source + ": train.batch_size = " + std::to_string(config.train.batch_size) +
+                       " does not split evenly over " + std::to_string(plan.shape.workers) +
+                       " logical workers (sync.workers = 0: one per replica): each worker's inner step takes "
+                       "train.batch_size / sync.workers samples; set sync.workers");
+  // local_sgd averages the workers' weights: the outer step global - 1 x the
+  // mean pseudo-gradient.
+  optimizer_config& o = plan.outer_optimizer;
+  o = optimizer_config{};
+  o.kind = optimizer_kind::sgd;
+  o.weight_decay = 0.0;
+  const bool nesterov = s.mode == sync_mode::diloco && s.outer_optimizer == outer_optimizer_kind::nesterov;
+  o.lr = s.mode == sync_mode::diloco ? s.outer_lr : 1.0;
+  o.momentum = nesterov ? s.outer_momentum : 0.0;
+  o.nesterov = nesterov;
+  auto rounds = std::make_shared<round_setup>();
+  rounds->worker_batch = plan.shape.worker_batch();
+  plan.rounds = std::move(rounds);
+}
+
+// The outer schedule (constant), the inner one, and the workers' first state.
+void finish_round_plan(const job_config& config, launch_plan& plan) {
+  auto rounds = std::make_shared<round_setup>(*plan.rounds);
+  plan.schedule = lr_schedule{};
+  plan.schedule.kind = schedule_kind::constant;
+  plan.schedule.base_lr = plan.outer_optimizer.lr;
+  std::int64_t inner_steps = plan.shape.inner_steps_per_epoch() * config.train.epochs;
+  if (config.train.max_steps > 0) inner_steps = std::min(inner_steps, config.train.max_steps * plan.shape.every);
+  rounds->inner_schedule = make_lr_schedule(config, inner_steps);
+  const state_layout inner = make_state_layout(config.model, config.optimizer);
+  std::vector<float> first(inner.total_size(), 0.0f);
+  write_step_counter(first, inner, 0);
+  rounds->store = std::make_shared<logical_worker_store>(
+      static_cast<std::size_t>(plan.shape.workers),
+      std::vector<float>(first.begin() + static_cast<std::ptrdiff_t>(inner.parameter_size), first.end()));
+  plan.rounds = std::move(rounds);
 }
 
 }  // namespace
@@ -182,8 +257,9 @@ launch_plan prepare_launch(const job_config& config, const run_options& options,
   plan.blas_threads = config.cluster.blas_threads > 0 ? static_cast<int>(config.cluster.blas_threads)
                       : config.train.reproducible     ? 1
                                                       : std::max(1, hardware_cores() / replicas);
+  if (config.sync.rounds()) plan_rounds(config, options, replicas, plan);
   plan.layout = plan.module ? make_state_layout(plan.module->layout(), config.optimizer, plan.module->buffer_begin())
-                            : make_state_layout(config.model, config.optimizer);
+                            : make_state_layout(config.model, config.sync.rounds() ? plan.outer_optimizer : config.optimizer);
   // Note [A checkpoint knows its data]: a checkpoint records the fingerprint
   // of the data it was trained on (the one a worker proves at join), and a
   // resume on data of another fingerprint is refused naming both, unless
@@ -194,6 +270,10 @@ launch_plan prepare_launch(const job_config& config, const run_options& options,
   load_initial_state(config, options, plan);
   const auto rows = static_cast<std::int64_t>(plan.data.train->rows);
   plan.epoch_steps = std::max<std::int64_t>(1, (rows + config.train.batch_size - 1) / config.train.batch_size);
+  if (plan.rounds) {
+    plan.shape.rows = rows;
+    plan.epoch_steps = plan.shape.rounds_per_epoch();
+  }
   plan.run_steps = plan.epoch_steps * config.train.epochs;
   if (stream) plan.run_steps = config.train.max_steps > 0 ? config.train.max_steps : config.schedule.total_steps;
   else if (config.train.max_steps > 0) plan.run_steps = std::min(plan.run_steps, config.train.max_steps);
@@ -202,7 +282,11 @@ launch_plan prepare_launch(const job_config& config, const run_options& options,
         static_cast<std::size_t>(config.train.stream_queue), static_cast<std::size_t>(inputs), classes,
         plan.resume_position ? plan.resume_position->stream : stream_position{});
   plan.schedule = make_lr_schedule(config, plan.run_steps);
-  if (config.train.reproducible) {
+  if (plan.rounds) finish_round_plan(config, plan);
+  if (plan.rounds && plan.shape.workers < replicas)
+    engine_log()->warn("sync.workers = {}: only {} of the {} replicas run logical workers in a round", plan.shape.workers,
+                       plan.shape.workers, replicas);
+  if (config.train.reproducible && !plan.rounds) {
     const std::int64_t slices = (config.train.batch_size + config.train.micro_batch - 1) / config.train.micro_batch;
     if (slices < replicas)
       engine_log()->warn("train.reproducible: a step of {} samples has {} slice{} of train.micro_batch = {}, so only {} of "
@@ -242,9 +326,18 @@ std::shared_ptr<device_setup> make_device_setup(const job_config& config, const 
   auto setup = std::make_shared<device_setup>();
   setup->id = id;
   setup->name = device_name(config, id);
-  setup->model = make_replica(
-      config, replica_shape{static_cast<std::size_t>(config.train.micro_batch), plan.data.train->feature_count, plan.blas_threads},
-      id, plan.torch_factory);
+  const replica_shape shape{static_cast<std::size_t>(config.train.micro_batch), plan.data.train->feature_count,
+                            plan.blas_threads};
+  if (plan.rounds) {
+    // The replica holds the global weights and the outer state; the inner
+    // replica runs the logical workers' rounds (See Note [Logical workers]).
+    job_config outer = config;
+    outer.optimizer = plan.outer_optimizer;
+    setup->model = make_replica(outer, shape, id, plan.torch_factory);
+    setup->workers = std::make_shared<logical_worker_runner>(make_replica(config, shape, id, plan.torch_factory), plan.rounds);
+  } else {
+    setup->model = make_replica(config, shape, id, plan.torch_factory);
+  }
   setup->model->import_state(*plan.initial_state);  // a newcomer is overwritten by the generation's broadcast
   setup->train = plan.data.train;
   setup->test = plan.data.test;
@@ -281,6 +374,10 @@ loader_setup make_loader_setup(const job_config& config, const launch_plan& plan
   ls.shuffle = config.train.shuffle;
   ls.checkpoints = !config.train.checkpoint_dir.empty();
   ls.checkpoint_every = config.train.checkpoint_every;
+  if (plan.rounds) {
+    ls.batch_size = plan.shape.round_samples();
+    ls.rounds = plan.shape;
+  }
   if (config.train.reproducible) {
     ls.slice_rows = static_cast<std::uint32_t>(config.train.micro_batch);
     const auto policy = config.straggler.policy;

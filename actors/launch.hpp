@@ -20,6 +20,8 @@
 #include "data/loading.hpp"
 #include "tensors/torch_model.hpp"
 #include "train/fault_plan.hpp"
+#include "train/logical_workers.hpp"
+#include "train/round_shape.hpp"
 
 namespace dpactor {
 
@@ -42,6 +44,13 @@ struct launch_plan {
   std::shared_ptr<record_queue> stream;         // train.mode = "stream": the records to train
   torch_model_factory torch_factory;             // a torch model's (a TorchScript file's, or the embedder's)
   std::shared_ptr<const torch_model> module;    // ... and the first one made: its layout and initial weights
+  // The round modes (sync.mode = "local_sgd" or "diloco", See Note [Logical
+  // workers]): a step of the engine is a round, the replicas hold the global
+  // weights and the outer optimizer's state, and the logical workers' inner
+  // states live in rounds->store. Null: every_step.
+  std::shared_ptr<const round_setup> rounds;
+  round_shape shape;                // rounds only
+  optimizer_config outer_optimizer; // rounds only: the replicas' optimizer
 };
 
 // Loads the data and the initial state and plans the run. Throws data_error,

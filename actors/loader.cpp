@@ -163,21 +163,26 @@ void issue_message(loader_ptr self) {
     const std::int64_t epoch = st.source->epoch();
     // See Note [Schedule position]: reproducible mode has no cuts, and there
     // the position is the step's index, also when a fault re-plans the step.
-    const double position = st.setup.slice_rows > 0
+    // A round's position is its first inner step's (See Note [Round data]).
+    const double position = st.setup.rounds ? st.setup.rounds->first_inner_position(step, epoch)
+                            : st.setup.slice_rows > 0
                                 ? static_cast<double>(step)
                                 : st.source->schedule_position(step, st.setup.epoch_steps, st.setup.batch_size);
     const auto [indices, rows] = st.source->issue(step, static_cast<std::size_t>(st.setup.batch_size));
     const std::size_t rotation = static_cast<std::size_t>(step) % members.size();
     if (st.setup.slice_rows > 0) {
       // Every member gets the whole step and a range of its slices (See Note
-      // [Stealing slices]).
-      const std::size_t slices = (indices.size() + st.setup.slice_rows - 1) / st.setup.slice_rows;
+      // [Stealing slices]); in a round, a slice is a logical worker's share.
+      const auto slice_rows = st.setup.rounds ? static_cast<std::uint32_t>(st.setup.rounds->share_rows(
+                                                    static_cast<std::int64_t>(indices.size())))
+                                              : st.setup.slice_rows;
+      const std::size_t slices = (indices.size() + slice_rows - 1) / slice_rows;
       const auto sizes = split_by_weight(slices, weights, rotation);
       const auto board = std::make_shared<slice_board>(slices, st.setup.steal_slices);
       std::uint32_t first = 0;
       for (std::size_t r = 0; r < members.size(); ++r) {
         const auto last = first + static_cast<std::uint32_t>(sizes[r]);
-        out[r].steps.push_back(step_shard{step, epoch, {indices.begin(), indices.end()}, st.setup.slice_rows, first,
+        out[r].steps.push_back(step_shard{step, epoch, {indices.begin(), indices.end()}, slice_rows, first,
                                           last, board, position, st.lr_override, rows});
         first = last;
       }

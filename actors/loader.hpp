@@ -41,6 +41,8 @@
 
 #include <caf/all.hpp>
 
+#include "train/round_shape.hpp"
+
 #include "actors/protocol.hpp"
 #include "data/record_queue.hpp"
 #include "train/data_source.hpp"
@@ -64,6 +66,9 @@ struct loader_setup {
   std::int64_t start_step = 0;       // steps already trained (resume)
   std::uint32_t slice_rows = 0;      // reproducible mode: the slice size (See Note [Stealing slices])
   bool steal_slices = false;         // ... and whether members steal them
+  // Round modes: a step is a round of batch_size = H x B samples, a slice is a
+  // logical worker's share (See Note [Round data]).
+  std::optional<round_shape> rounds;
   std::optional<std::int64_t> crash_at;  // fault spec crash:loader@S: throw as this step is issued
   std::optional<ledger_position> resume_position;
   double checkpoint_every_s = 0.0;  // also a checkpoint when this long passed since the last (0: off)

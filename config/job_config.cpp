@@ -3,6 +3,56 @@
 #include <dpactor/error.hpp>
 
 namespace dpactor {
+namespace {
+
+std::string mode_text(sync_mode m) {
+  switch (m) {
+    case sync_mode::every_step: return "every_step";
+    case sync_mode::local_sgd: return "local_sgd";
+    case sync_mode::diloco: return "diloco";
+  }
+  return "?";
+}
+
+// The [sync] section against the rest of the job (docs/async.md).
+void validate_sync(const job_config& c, const std::string& where) {
+  const sync_config& s = c.sync;
+  if (!s.rounds()) return;
+  const std::string mode = "sync.mode = \"" + mode_text(s.mode) + "\"";
+  if (s.workers > 0 && c.train.batch_size % s.workers != 0)
+    throw config_error(where + "train.batch_size = " + std::to_string(c.train.batch_size) +
+                       " does not split evenly over sync.workers = " + std::to_string(s.workers) +
+                       " logical workers: each worker's inner step takes train.batch_size / sync.workers samples");
+  if (c.module.kind == model_kind::mlp) {
+    std::int64_t parameters = 0;
+    for (std::size_t l = 0; l + 1 < c.model.sizes.size(); ++l)
+      parameters += static_cast<std::int64_t>(c.model.sizes[l] + 1) * c.model.sizes[l + 1];
+    if (s.fragments > parameters)
+      throw config_error(where + "sync.fragments = " + std::to_string(s.fragments) + " is more than the model's " +
+                         std::to_string(parameters) + " parameters: a fragment would be empty");
+  }
+  if (c.module.kind == model_kind::torchscript)
+    throw config_error(where + mode + " runs on native MLP replicas only in this version: a torch model "
+                       "(model.kind = \"torchscript\") trains with sync.mode = \"every_step\"");
+  if (!c.cluster.gpus.empty())
+    throw config_error(where + mode + " runs on CPU replicas only in this version: the CUDA replica trains with "
+                       "sync.mode = \"every_step\" (use --cpus)");
+  if (c.train.mode == train_mode::stream)
+    throw config_error(where + mode + " needs train.mode = \"epochs\": a round's data is fixed by the epoch's "
+                       "order, which a stream does not have");
+  if (!c.train.reproducible)
+    throw config_error(where + mode + " needs train.reproducible = true in this version (the fast mode's rounds, "
+                       "which commit the survivors of a failure, are not built yet)");
+  const auto not_yet = [&](const std::string& key) {
+    throw config_error(where + key + " is not built yet in this version: " + mode +
+                       " exchanges every parameter in fp32 at the end of each round (docs/async.md)");
+  };
+  if (s.fragments > 1) not_yet("sync.fragments = " + std::to_string(s.fragments));
+  if (s.delay > 0) not_yet("sync.delay = 1");
+  if (s.codec != sync_codec::fp32) not_yet(std::string("sync.codec = \"") + (s.codec == sync_codec::bf16 ? "bf16" : "int8") + "\"");
+}
+
+}  // namespace
 
 void validate_job_config(const job_config& c) {
   const std::string where = c.source + ": ";
@@ -33,6 +83,7 @@ void validate_job_config(const job_config& c) {
                          "optimizer.schedule = \"constant\" (or \"step\"), or optimizer.total_steps, or "
                          "train.max_steps");
   }
+  validate_sync(c, where);
   if (c.module.kind == model_kind::torchscript) {
     if (c.module.path.empty())
       throw config_error(where + "model.kind = \"torchscript\" needs model.path, the module's file (saved by "

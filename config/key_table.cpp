@@ -302,6 +302,42 @@ const std::vector<key_spec>& keys() {
     b.floating("smoothing", [](job_config& c) -> double& { return c.straggler.smoothing; }, 0.0, true,
                "Weight of the newest measurement in each member's throughput average (balance).", 1.0);
 
+    b.section = "sync";
+    b.choice<sync_mode>("mode", [](job_config& c) -> sync_mode& { return c.sync.mode; },
+                        {{"every_step", sync_mode::every_step}, {"local_sgd", sync_mode::local_sgd},
+                         {"diloco", sync_mode::diloco}},
+                        "every_step: the gradients are all-reduced every step (data-parallel SGD). local_sgd: each "
+                        "logical worker takes sync.every inner steps on its own share of the data, then the "
+                        "workers' weights are averaged. diloco: the same rounds, but the workers' weight changes "
+                        "(pseudo-gradients) are averaged and applied by the outer optimizer (docs/async.md). In "
+                        "the round modes train.max_steps, train.checkpoint_every and train.log_every count rounds.");
+    b.integer("every", [](job_config& c) -> std::int64_t& { return c.sync.every; }, 1,
+              "H: inner steps each logical worker takes per round, each on train.batch_size / sync.workers "
+              "samples, so that a round trains the samples of H global batches.");
+    b.choice<outer_optimizer_kind>(
+        "outer_optimizer", [](job_config& c) -> outer_optimizer_kind& { return c.sync.outer_optimizer; },
+        {{"nesterov", outer_optimizer_kind::nesterov}, {"sgd", outer_optimizer_kind::sgd}},
+        "diloco: the optimizer that applies the averaged pseudo-gradient to the global weights: SGD with "
+        "Nesterov momentum (sync.outer_momentum), or plain SGD. The job's [optimizer] is the inner one.");
+    b.floating("outer_lr", [](job_config& c) -> double& { return c.sync.outer_lr; }, 0.0, true,
+               "diloco: the outer optimizer's learning rate (constant).", 100.0);
+    b.floating("outer_momentum", [](job_config& c) -> double& { return c.sync.outer_momentum; }, 0.0, false,
+               "diloco with outer_optimizer = \"nesterov\": the outer momentum.", 0.999999);
+    b.integer("fragments", [](job_config& c) -> std::int64_t& { return c.sync.fragments; }, 1,
+              "P: streaming, the parameters are exchanged in P fragments of about equal size, each at its own "
+              "point of the round, so one exchange sends about 1/P of the bytes.");
+    b.integer("delay", [](job_config& c) -> std::int64_t& { return c.sync.delay; }, 0,
+              "1: the exchange of round r runs during round r+1's inner steps and is applied one round late.", 1);
+    b.choice<sync_codec>("codec", [](job_config& c) -> sync_codec& { return c.sync.codec; },
+                         {{"fp32", sync_codec::fp32}, {"bf16", sync_codec::bf16}, {"int8", sync_codec::int8}},
+                         "What the pseudo-gradients travel as; with bf16 and int8 each worker keeps what the codec "
+                         "dropped and adds it to its next pseudo-gradient (error feedback).");
+    b.integer("workers", [](job_config& c) -> std::int64_t& { return c.sync.workers; }, 0,
+              "K logical workers (the unit of the round algorithm: inner model, inner optimizer state and share "
+              "of each round's data). 0: one per device at the start. Devices run them, several one after the "
+              "other where there are fewer devices, so the result does not depend on the number of devices.",
+              4096);
+
     b.section = "precision";
     b.choice<matmul_precision>("matmul", [](job_config& c) -> matmul_precision& { return c.precision.matmul; },
                                {{"fp32", matmul_precision::fp32}, {"tf32", matmul_precision::tf32}},

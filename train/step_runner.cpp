@@ -127,7 +127,8 @@ step_runner::computed step_runner::start_computing(const step_shard& shard, devi
 }
 
 step_runner::computed step_runner::compute_slices(const step_shard& shard, replica& model, const dataset& train,
-                                                  device_control& control, const collective_group& group) {
+                                                  device_control& control, const collective_group& group,
+                                                  slice_work* work) {
   computed c = start_computing(shard, control);
   const fault_spec* slow = inject_step_faults(shard, control, group);
   const std::size_t slices = shard.slices();
@@ -147,7 +148,9 @@ step_runner::computed step_runner::compute_slices(const step_shard& shard, repli
     const std::size_t at = slice * shard.slice_rows;
     const auto slice_rows = rows.subspan(at, std::min<std::size_t>(shard.slice_rows, rows.size() - at));
     control.progress.mark(device_phase::forward, shard.step);
-    c.stats += model.accumulate_slice(train.batch(slice_rows), buffers_[buffer]);
+    c.stats += work != nullptr
+                   ? work->compute(shard, slice, slice_rows, train, model, buffers_[buffer], control.progress)
+                   : model.accumulate_slice(train.batch(slice_rows), buffers_[buffer]);
     if (slice != 0) clear_buffers(model, buffers_[buffer]);  // See Note [Module buffers]: slice 0's count
     c.digest += sample_digest(slice_rows, train.sequences);
     builder_.add_leaf(slice, buffer, buffers_, free_);

@@ -16,6 +16,7 @@
 #include <dpactor/job_config.hpp>  // nonfinite_policy
 #include "train/device_progress.hpp"
 #include "train/fault_plan.hpp"
+#include "train/slice_work.hpp"
 #include "train/step_record.hpp"
 #include "train/step_shard.hpp"
 #include "train/straggler.hpp"
@@ -95,9 +96,10 @@ class step_runner {
   // Reproducible mode: claims and computes slices of the step (its own range,
   // then any left unclaimed), holding the complete tree nodes they make (See
   // Note [Stealing slices] and Note [Summation tree]). Throws
-  // injected_failure.
+  // injected_failure. With `work`, a slice is what `work` computes instead
+  // of its gradient sum (See Note [Logical workers]).
   computed compute_slices(const step_shard& shard, replica& model, const dataset& train, device_control& control,
-                          const collective_group& group);
+                          const collective_group& group, slice_work* work = nullptr);
 
   // The step's collectives and this member's part of the optimizer step.
   // A member still waiting for others at the deadline tells `observer`.

@@ -11,6 +11,7 @@
 #include <dpactor/data_config.hpp>
 #include <dpactor/model_spec.hpp>
 #include <dpactor/optimizer_config.hpp>
+#include <dpactor/sync_config.hpp>
 
 namespace dpactor {
 
@@ -142,6 +143,7 @@ struct job_config {
   train_config train;
   cluster_config cluster;
   straggler_config straggler;
+  sync_config sync;
   precision_config precision;
   faults_config faults;
   service_config service;

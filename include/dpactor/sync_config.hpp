@@ -1,0 +1,30 @@
+#pragma once
+// The [sync] section of a job config (public API; docs/config.md and
+// docs/async.md): how often the replicas exchange what they learned, and
+// what they exchange. every_step is data-parallel SGD (one all-reduce of the
+// gradients a step); local_sgd and diloco run rounds of `every` inner steps
+// per logical worker and exchange once a round (DESIGN.md, "Rounds").
+
+#include <cstdint>
+
+namespace dpactor {
+
+enum class sync_mode { every_step, local_sgd, diloco };
+enum class outer_optimizer_kind { nesterov, sgd };
+enum class sync_codec { fp32, bf16, int8 };
+
+struct sync_config {
+  sync_mode mode = sync_mode::every_step;
+  std::int64_t every = 16;  // H: inner steps of a logical worker per round
+  outer_optimizer_kind outer_optimizer = outer_optimizer_kind::nesterov;
+  double outer_lr = 0.7;
+  double outer_momentum = 0.9;
+  std::int64_t fragments = 1;  // P: streaming, the parameters exchanged in P fragments
+  std::int64_t delay = 0;      // 1: a round's exchange is applied one round late
+  sync_codec codec = sync_codec::fp32;
+  std::int64_t workers = 0;  // K logical workers; 0 = the devices at start
+
+  bool rounds() const noexcept { return mode != sync_mode::every_step; }
+};
+
+}  // namespace dpactor

@@ -1,0 +1,240 @@
+// The round modes (sync.mode = "local_sgd" and "diloco"): their arithmetic
+// without actors, the logical workers' store, and the engine against a plain
+// loop written here from the algorithm's definition (DiLoCo, arXiv
+// 2311.08105, Algorithm 1): K copies of the model, H inner steps each on the
+// share of the data Note [Round data] defines, the pseudo-gradients
+// n_k (global - inner_k) added in the summation tree's order, then the outer
+// optimizer on the global weights. No engine code beyond the MLP kernel and
+// the optimizer formulas; the engine must match it bitwise.
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include <dpactor/engine.hpp>
+#include <dpactor/error.hpp>
+#include "config/config_file.hpp"
+#include "data/loading.hpp"
+#include "data/sampler.hpp"
+#include "tensors/gemm.hpp"
+#include "tensors/mlp.hpp"
+#include "tensors/optimizer.hpp"
+#include "tensors/safetensors.hpp"
+#include "tests/test_support.hpp"
+#include "train/logical_workers.hpp"
+#include "train/round_shape.hpp"
+
+namespace dpactor {
+namespace {
+
+TEST(RoundShape, ARoundTrainsHGlobalBatchesSplitOverTheWorkers) {
+  const round_shape s{16, 4, 128, 60000};
+  EXPECT_EQ(s.round_samples(), 2048);
+  EXPECT_EQ(s.worker_batch(), 32);
+  EXPECT_EQ(s.rounds_per_epoch(), 30);  // 29 full rounds and 608 samples
+  EXPECT_EQ(s.round_rows(0), 2048);
+  EXPECT_EQ(s.round_rows(29), 60000 - 29 * 2048);
+  EXPECT_EQ(s.share_rows(2048), 512);
+  EXPECT_EQ(s.inner_steps(512), 16);
+  EXPECT_EQ(s.share_rows(608), 152);
+  EXPECT_EQ(s.inner_steps(152), 5);  // 4 x 32 and one of 24
+  EXPECT_EQ(s.inner_steps_per_epoch(), 29 * 16 + 5);
+  EXPECT_EQ(s.first_inner_position(0, 0), 0.0);
+  EXPECT_EQ(s.first_inner_position(29, 0), 29.0 * 16);
+  EXPECT_EQ(s.first_inner_position(30, 1), 29.0 * 16 + 5);
+  EXPECT_EQ(s.first_inner_position(31, 1), 29.0 * 16 + 5 + 16);
+}
+
+TEST(RoundShape, AShortLastRoundMayLeaveWorkersWithoutData) {
+  const round_shape s{4, 8, 64, 256 + 10};  // 10 samples in the last round, 8 workers
+  EXPECT_EQ(s.rounds_per_epoch(), 2);
+  EXPECT_EQ(s.share_rows(10), 2);  // 5 shares of 2: workers 5 to 7 train nothing
+  EXPECT_EQ(s.inner_steps_per_epoch(), 4 + 1);
+}
+
+TEST(LogicalWorkerStore, ARoundReadsTheStateItsWorkerWroteForTheRoundBefore) {
+  logical_worker_store store(2, {0.0f, 0.0f});
+  EXPECT_EQ(store.read(0, 0), (std::vector<float>{0.0f, 0.0f}));
+  store.write(0, 0, {1.0f, 0.0f});
+  store.write(0, 1, {2.0f, 0.0f});
+  EXPECT_EQ(store.read(0, 1), (std::vector<float>{1.0f, 0.0f})) << "a round run again reads the same state";
+  EXPECT_EQ(store.read(0, 2), (std::vector<float>{2.0f, 0.0f}));
+  EXPECT_EQ(store.read(1, 2), (std::vector<float>{0.0f, 0.0f})) << "the other worker is untouched";
+  store.write(0, 1, {3.0f, 0.0f});  // round 1 run again: replaces it
+  EXPECT_EQ(store.read(0, 2), (std::vector<float>{3.0f, 0.0f}));
+  store.write(0, 0, {4.0f, 0.0f});  // round 0 again: rounds after it are gone
+  EXPECT_EQ(store.read(0, 5), (std::vector<float>{4.0f, 0.0f}));
+  for (std::int64_t r = 1; r <= 8; ++r) store.write(0, r, {static_cast<float>(r), 0.0f});
+  EXPECT_EQ(store.read(0, 7), (std::vector<float>{6.0f, 0.0f}));
+  EXPECT_THROW(store.read(0, 2), std::logic_error) << "a state no longer kept is an error, not the initial state";
+}
+
+// The plain loop: `rounds` rounds of K workers, H inner steps each.
+struct reference_run {
+  std::vector<float> global, outer_slot;
+};
+
+reference_run reference_rounds(const job_config& c, int rounds, double outer_lr, double outer_momentum, bool nesterov) {
+  set_blas_threads(1);
+  const train_test_data data = load_data(c.data, c.model.inputs(), c.model.outputs());
+  const auto K = static_cast<std::size_t>(c.sync.workers), H = static_cast<std::size_t>(c.sync.every);
+  const auto B = static_cast<std::size_t>(c.train.batch_size), b = B / K;
+  mlp model(c.model, b);
+  const std::size_t n = model.layout().size();
+  reference_run run{std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f)};
+  init_mlp_parameters(c.model, run.global, static_cast<std::uint64_t>(c.train.seed));
+  std::vector<std::vector<float>> inner_slot(K, std::vector<float>(n, 0.0f));
+  std::vector<std::int64_t> inner_steps(K, 0);
+  const auto order = epoch_order(data.train->rows, static_cast<std::uint64_t>(c.train.seed), 0, c.train.shuffle);
+  optimizer_config outer;
+  outer.kind = optimizer_kind::sgd;
+  outer.lr = outer_lr;
+  outer.momentum = outer_momentum;
+  outer.nesterov = nesterov;
+  outer.weight_decay = 0.0;
+  const lr_schedule schedule = make_lr_schedule(c, 1000);
+  std::vector<float> x(b * static_cast<std::size_t>(c.model.inputs())), grads(n);
+  std::vector<std::int32_t> y(b);
+  for (int r = 0; r < rounds; ++r) {
+    std::vector<std::vector<float>> pseudo(K, std::vector<float>(n));
+    for (std::size_t k = 0; k < K; ++k) {
+      std::vector<float> w = run.global;
+      for (std::size_t j = 0; j < H; ++j) {
+        const std::span<const std::uint32_t> rows(order.data() + r * H * B + k * H * b + j * b, b);
+        const batch_ref batch = data.train->batch(rows);
+        for (std::size_t i = 0; i < b; ++i) {
+          std::copy_n(batch.features + rows[i] * batch.feature_count, batch.feature_count, x.data() + i * batch.feature_count);
+          y[i] = batch.labels[rows[i]];
+        }
+        model.forward_backward(w.data(), grads.data(), x.data(), y.data(), b, /*overwrite=*/true);
+        const std::span<float> slots[1] = {inner_slot[k]};
+        optimizer_step(c.optimizer, w, grads, slots, static_cast<float>(1.0 / static_cast<double>(b)),
+                       schedule.at(static_cast<double>(r * H + j)), inner_steps[k]++);
+      }
+      const auto samples = static_cast<float>(H * b);
+      for (std::size_t i = 0; i < n; ++i) pseudo[k][i] = samples * (run.global[i] - w[i]);
+    }
+    // The summation tree over 4 workers: (0 + 1) + (2 + 3).
+    std::vector<float> sum(n);
+    for (std::size_t i = 0; i < n; ++i) sum[i] = (pseudo[0][i] + pseudo[1][i]) + (pseudo[2][i] + pseudo[3][i]);
+    const std::span<float> slots[1] = {run.outer_slot};
+    optimizer_step(outer, run.global, sum, slots, static_cast<float>(1.0 / static_cast<double>(H * B)), outer_lr, r);
+  }
+  return run;
+}
+
+// In the checkpoint's tensor order.
+std::vector<float> by_tensor(const job_config& c, const std::vector<float>& flat) {
+  std::vector<float> out;
+  const flat_layout layout = mlp_layout(c.model);
+  for (const auto& t : layout.tensors())
+    out.insert(out.end(), flat.begin() + static_cast<std::ptrdiff_t>(t.offset),
+               flat.begin() + static_cast<std::ptrdiff_t>(t.offset + t.numel()));
+  return out;
+}
+
+std::vector<float> optimizer_values(const std::filesystem::path& checkpoint) {
+  std::vector<float> values;
+  for (const auto& t : load_safetensors(checkpoint / "optimizer.safetensors").tensors)
+    values.insert(values.end(), t.values.begin(), t.values.end());
+  return values;
+}
+
+job_config round_job(std::int64_t devices, sync_mode mode, const std::filesystem::path& dir) {
+  job_config c = testing::small_job(devices, 64, 1024);
+  c.schedule.kind = schedule_kind::step;  // the inner rate falls every inner step: a position off by one shows
+  c.schedule.step_size = 1;
+  c.schedule.gamma = 0.9;
+  c.sync.mode = mode;
+  c.sync.workers = 4;
+  c.sync.every = 4;
+  c.train.max_steps = 3;  // rounds
+  c.train.checkpoint_dir = dir.string();
+  return c;
+}
+
+class ReferenceRounds : public ::testing::TestWithParam<sync_mode> {};
+
+TEST_P(ReferenceRounds, TheEngineMatchesAPlainLoopBitwiseForThreeRoundsOnOneAndTwoDevices) {
+  const sync_mode mode = GetParam();
+  const bool diloco = mode == sync_mode::diloco;
+  testing::scratch_dir dir;
+  const job_config shape = round_job(1, mode, dir / "shape");
+  const reference_run expected = diloco ? reference_rounds(shape, 3, 0.7, 0.9, true) : reference_rounds(shape, 3, 1.0, 0.0, false);
+  for (const std::int64_t devices : {1, 2}) {
+    SCOPED_TRACE(std::to_string(devices) + " device(s)");
+    const job_config c = round_job(devices, mode, dir / ("d" + std::to_string(devices)));
+    Engine engine(c);
+    engine.start();
+    const run_summary s = engine.wait();
+    ASSERT_EQ(s.steps, 3);
+    EXPECT_EQ(testing::checkpoint_parameters(s.checkpoint), by_tensor(c, expected.global));
+    if (diloco) EXPECT_EQ(optimizer_values(s.checkpoint), by_tensor(c, expected.outer_slot));
+  }
+  // The comparison can tell a different outer step.
+  const reference_run other = diloco ? reference_rounds(shape, 3, 0.7, 0.0, false) : reference_rounds(shape, 3, 0.9, 0.0, false);
+  EXPECT_NE(by_tensor(shape, other.global), by_tensor(shape, expected.global));
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, ReferenceRounds, ::testing::Values(sync_mode::local_sgd, sync_mode::diloco),
+                         [](const auto& info) { return info.param == sync_mode::diloco ? "diloco" : "local_sgd"; });
+
+
+// The config_error that the default job with `sets` gives, before training.
+std::string sync_error(const std::vector<std::string>& sets) {
+  const std::string text = testing::read_text(std::string(DPACTOR_SOURCE_DIR) + "/configs/mlp.cfg");
+  return testing::error_of<config_error>([&] { parse_job_config(text, "mlp.cfg", sets); });
+}
+
+TEST(RoundsConfig, BadInputIsRefusedNamingTheKeyAndTheValue) {
+  EXPECT_NE(sync_error({"sync.every=0"}).find("sync.every"), std::string::npos) << sync_error({"sync.every=0"});
+  const std::string codec = sync_error({"sync.mode=\"diloco\"", "sync.codec=\"int4\""});
+  EXPECT_NE(codec.find("sync.codec"), std::string::npos) << codec;
+  EXPECT_NE(codec.find("int4"), std::string::npos) << codec;
+  const std::string mode = sync_error({"sync.mode=\"gossip\""});
+  EXPECT_NE(mode.find("sync.mode"), std::string::npos) << mode;
+  EXPECT_NE(mode.find("gossip"), std::string::npos) << mode;
+  // 784-256-128-10 has 235,146 parameters.
+  const std::string fragments = sync_error({"sync.mode=\"diloco\"", "sync.fragments=235147"});
+  EXPECT_NE(fragments.find("sync.fragments = 235147 is more than the model's 235146 parameters"), std::string::npos)
+      << fragments;
+  const std::string split = sync_error({"sync.mode=\"diloco\"", "sync.workers=3"});
+  EXPECT_NE(split.find("train.batch_size = 128 does not split evenly over sync.workers = 3"), std::string::npos) << split;
+  const std::string gpus = sync_error({"sync.mode=\"diloco\"", "cluster.gpus=[0]"});
+  EXPECT_NE(gpus.find("CPU replicas only"), std::string::npos) << gpus;
+  const std::string fast = sync_error({"sync.mode=\"local_sgd\"", "train.reproducible=false"});
+  EXPECT_NE(fast.find("train.reproducible"), std::string::npos) << fast;
+  EXPECT_EQ(sync_error({"sync.mode=\"diloco\"", "sync.workers=4", "sync.every=64"}), testing::no_error);
+}
+
+TEST(RoundsConfig, ATorchModelOrAResumeIsRefusedBeforeTraining) {
+  testing::scratch_dir dir;
+  job_config torch = testing::small_job(testing::replica_kind::torch, 1, 64);
+  torch.sync.mode = sync_mode::diloco;
+  const std::string message = testing::error_of<config_error>([&] { Engine engine(torch); engine.start(); });
+  EXPECT_NE(message.find("native MLP replicas only"), std::string::npos) << message;
+  // A checkpoint of a round-mode run holds no inner states yet: resuming it
+  // would not continue the run, so it is refused.
+  job_config c = round_job(1, sync_mode::diloco, dir / "ckpt");
+  c.train.max_steps = 1;
+  Engine first(c);
+  first.start();
+  const run_summary s = first.wait();
+  const std::string resume = testing::error_of<config_error>([&] {
+    Engine again(c, testing::resume_from(s.checkpoint));
+    again.start();
+  });
+  EXPECT_NE(resume.find("resuming a run with sync.mode = \"diloco\""), std::string::npos) << resume;
+  // ... and so is resuming it in every_step, whose optimizer state has the
+  // same layout as the outer optimizer's.
+  job_config every = c;
+  every.sync.mode = sync_mode::every_step;
+  const std::string other = testing::error_of<config_error>([&] {
+    Engine again(every, testing::resume_from(s.checkpoint));
+    again.start();
+  });
+  EXPECT_NE(other.find("the checkpoint is of a run with sync.mode = \"diloco\""), std::string::npos) << other;
+}
+
+}  // namespace
+}  // namespace dpactor

@@ -1,0 +1,77 @@
+#include "train/logical_workers.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace dpactor {
+
+logical_worker_store::logical_worker_store(std::size_t workers, std::vector<float> initial)
+    : initial_(std::move(initial)), states_(workers) {}
+
+std::vector<float> logical_worker_store::read(std::size_t k, std::int64_t round) const {
+  const std::lock_guard lock(mutex_);
+  const auto& rounds = states_.at(k).rounds;
+  const auto it = rounds.lower_bound(round);  // the first at or after `round`
+  if (it != rounds.begin()) return std::prev(it)->second;
+  if (states_[k].pruned)
+    throw std::logic_error("logical worker " + std::to_string(k) + ": its state before round " +
+                           std::to_string(round) + " is no longer kept");
+  return initial_;
+}
+
+void logical_worker_store::write(std::size_t k, std::int64_t round, std::vector<float> state) {
+  const std::lock_guard lock(mutex_);
+  auto& w = states_.at(k);
+  w.rounds.erase(w.rounds.lower_bound(round), w.rounds.end());
+  const auto keep = w.rounds.lower_bound(round - kept_rounds);
+  if (keep != w.rounds.begin()) {
+    w.rounds.erase(w.rounds.begin(), keep);
+    w.pruned = true;
+  }
+  w.rounds.emplace(round, std::move(state));
+}
+
+logical_worker_runner::logical_worker_runner(std::unique_ptr<replica> inner, std::shared_ptr<const round_setup> setup)
+    : inner_(std::move(inner)), setup_(std::move(setup)) {}
+
+batch_stats logical_worker_runner::compute(const step_shard& shard, std::size_t slice,
+                                           std::span<const std::uint32_t> rows, const dataset& train, replica& model,
+                                           std::span<float> out, device_progress& progress) {
+  return run(slice, shard.step, shard.schedule_position, rows, train, model.state_buffer(), out, progress);
+}
+
+batch_stats logical_worker_runner::run(std::size_t k, std::int64_t round, double first_position,
+                                       std::span<const std::uint32_t> rows, const dataset& train,
+                                       std::span<const float> global, std::span<float> out,
+                                       device_progress& progress) {
+  const state_layout& layout = inner_->layout();
+  const std::size_t p = layout.parameter_size;
+  if (global.size() < p || out.size() < p)
+    throw std::logic_error("a logical worker's round: the global model's parameters do not match the inner model's");
+  const std::vector<float> own = setup_->store->read(k, round);
+  state_.resize(layout.total_size());
+  std::copy_n(global.begin(), p, state_.begin());
+  std::copy(own.begin(), own.end(), state_.begin() + static_cast<std::ptrdiff_t>(p));
+  inner_->import_state(state_);
+  batch_stats stats;
+  const auto batch = static_cast<std::size_t>(setup_->worker_batch);
+  const std::size_t micro = inner_->max_rows();
+  for (std::size_t at = 0, j = 0; at < rows.size(); at += batch, ++j) {
+    const auto step_rows = rows.subspan(at, std::min(batch, rows.size() - at));
+    inner_->zero_grad();
+    for (std::size_t m = 0; m < step_rows.size(); m += micro) {
+      progress.mark(device_phase::forward, round);
+      stats += inner_->accumulate(train.batch(step_rows.subspan(m, std::min(micro, step_rows.size() - m))));
+    }
+    progress.mark(device_phase::optimizer, round);
+    inner_->update_in_place(setup_->inner_schedule.at(first_position + static_cast<double>(j)),
+                            static_cast<double>(step_rows.size()));
+  }
+  const std::vector<float> after = inner_->export_state();
+  const auto n = static_cast<float>(rows.size());
+  for (std::size_t i = 0; i < p; ++i) out[i] = n * (global[i] - after[i]);
+  setup_->store->write(k, round, {after.begin() + static_cast<std::ptrdiff_t>(p), after.end()});
+  return stats;
+}
+
+}  // namespace dpactor

@@ -1,0 +1,95 @@
+#pragma once
+// Logical workers of the round modes (sync.mode = "local_sgd" or "diloco"):
+// the unit of the algorithm, independent of the devices that run them
+// (DESIGN.md, "Rounds"; docs/async.md).
+//
+// Note [Logical workers]
+// A logical worker is an inner optimizer state (its slots and step counter),
+// and its share of each round's data (Note [Round data]). A round of worker k
+// starts from the global weights at the round's start and k's state after
+// its previous round, takes its inner steps with the job's optimizer, and
+// contributes n_k x (global - inner weights), n_k the samples it trained:
+// the round's pseudo-gradients are these slices' sum in the summation tree
+// over worker index (Note [Summation tree]), divided by the round's samples
+// by the outer step. A device runs the workers of its slices one after the
+// other (stealing a late device's unstarted ones, Note [Stealing slices]);
+// which device runs a worker changes nothing in the bytes.
+//
+// The workers' states live in a logical_worker_store, one per process, kept
+// by round: a round reads the state its worker wrote for the latest round
+// before it, and writes its own. A round that is run again (its generation
+// failed) reads the same state and writes the same bytes. The store keeps the
+// last few rounds' states, enough for any round a new generation can restart
+// from (a survivor is at most one round behind another).
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "data/dataset.hpp"
+#include "tensors/lr_schedule.hpp"
+#include "tensors/replica.hpp"
+#include "train/device_progress.hpp"
+#include "train/slice_work.hpp"
+
+namespace dpactor {
+
+class logical_worker_store {
+ public:
+  // `workers` logical workers, each starting from `initial` (an inner
+  // replica's state without its parameter section: the slots, then the tail).
+  logical_worker_store(std::size_t workers, std::vector<float> initial);
+
+  std::size_t workers() const noexcept { return states_.size(); }
+  // Worker k's state at the start of round `round`.
+  std::vector<float> read(std::size_t k, std::int64_t round) const;
+  // Worker k's state after round `round`; replaces any of that round or later.
+  void write(std::size_t k, std::int64_t round, std::vector<float> state);
+
+ private:
+  // Rounds whose states are kept behind the newest written.
+  static constexpr std::int64_t kept_rounds = 3;
+  mutable std::mutex mutex_;
+  std::vector<float> initial_;
+  struct kept {
+    std::map<std::int64_t, std::vector<float>> rounds;  // the state after each round
+    bool pruned = false;  // older rounds were dropped
+  };
+  std::vector<kept> states_;
+};
+
+// What a device needs to run logical workers' rounds.
+struct round_setup {
+  std::int64_t worker_batch = 1;        // B / K: rows of one inner step
+  lr_schedule inner_schedule;           // the job's [optimizer] schedule, over inner steps
+  std::shared_ptr<logical_worker_store> store;
+};
+
+// Runs logical workers' rounds on one device, with its own inner replica.
+class logical_worker_runner final : public slice_work {
+ public:
+  logical_worker_runner(std::unique_ptr<replica> inner, std::shared_ptr<const round_setup> setup);
+
+  // Slice k of a round's shard is worker k's round, from `model`'s parameters.
+  batch_stats compute(const step_shard& shard, std::size_t slice, std::span<const std::uint32_t> rows,
+                      const dataset& train, replica& model, std::span<float> out,
+                      device_progress& progress) override;
+
+  // Worker k's round `round` over its share `rows`, from the global
+  // parameters `global`; writes n_k x (global - inner) into `out` and the
+  // worker's new state into the store. `first_position` is the inner
+  // schedule's position of the round's first inner step.
+  batch_stats run(std::size_t k, std::int64_t round, double first_position, std::span<const std::uint32_t> rows,
+                  const dataset& train, std::span<const float> global, std::span<float> out,
+                  device_progress& progress);
+
+ private:
+  std::unique_ptr<replica> inner_;
+  std::shared_ptr<const round_setup> setup_;
+  std::vector<float> state_;  // scratch: the inner replica's whole state
+};
+
+}  // namespace dpactor

@@ -1,0 +1,26 @@
+#pragma once
+// What one slice of a sliced step computes. By default the slice's gradient
+// sum; in the round modes a logical worker's whole round (See Note [Logical
+// workers]), whose result the summation tree adds the same way.
+
+#include <cstddef>
+#include <span>
+
+#include "data/dataset.hpp"
+#include "tensors/replica.hpp"
+#include "train/device_progress.hpp"
+#include "train/step_shard.hpp"
+
+namespace dpactor {
+
+class slice_work {
+ public:
+  virtual ~slice_work() = default;
+  // Slice `slice` of `shard`, whose rows are `rows`, computed from `model`'s
+  // current state; its result *written* into `out` (parameter_size floats).
+  virtual batch_stats compute(const step_shard& shard, std::size_t slice, std::span<const std::uint32_t> rows,
+                              const dataset& train, replica& model, std::span<float> out,
+                              device_progress& progress) = 0;
+};
+
+}  // namespace dpactor

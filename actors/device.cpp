@@ -115,6 +115,7 @@ device_actor::behavior_type device_behavior(device_ptr self, std::shared_ptr<dev
   const auto& s = *self->state.setup;
   self->state.runner.emplace(s.id, s.faults, s.fault_seed, s.late_factor, s.late_floor_s, s.buckets);
   self->state.runner->set_nonfinite_policy(s.on_nonfinite);
+  self->state.runner->set_gather_gradients(s.workers != nullptr);
   // See Note [Progress-based hang detection]: until its first step is done.
   s.control->progress.begin_warm_up(device_phase::data, self->state.last_step + 1);
   self->state.last_step = self->state.setup->model->optimizer_steps() - 1;
@@ -130,7 +131,7 @@ device_actor::behavior_type device_behavior(device_ptr self, std::shared_ptr<dev
         try {
           if (!st.group && st.setup->remote_group) st.group = st.setup->remote_group(msg.group, msg.size);
           if (!st.group) throw std::logic_error("a generation without a collective group (backend " + msg.group.backend + ")");
-          st.comm = st.group->endpoint(msg.rank);
+          st.comm = std::make_unique<counted_collective>(st.group->endpoint(msg.rank), st.setup->control->bytes);
           // Every member adopts the state source's parameters, optimizer state
           // and step counter (See Note [Replica state buffer]).
           st.comm->broadcast(st.setup->model->state_buffer(), msg.state_source, st.setup->collective);

@@ -155,6 +155,11 @@ void finish_round_plan(const job_config& config, launch_plan& plan) {
   std::int64_t inner_steps = plan.shape.inner_steps_per_epoch() * config.train.epochs;
   if (config.train.max_steps > 0) inner_steps = std::min(inner_steps, config.train.max_steps * plan.shape.every);
   rounds->inner_schedule = make_lr_schedule(config, inner_steps);
+  if (config.sync.scale_inner_lr) {
+    const double scale = static_cast<double>(plan.shape.worker_batch()) / static_cast<double>(plan.shape.batch);
+    rounds->inner_schedule.base_lr *= scale;
+    rounds->inner_schedule.min_lr *= scale;
+  }
   const state_layout inner = make_state_layout(config.model, config.optimizer);
   std::vector<float> first(inner.total_size(), 0.0f);
   write_step_counter(first, inner, 0);

@@ -141,6 +141,18 @@ void check_hangs(reducer_ptr self) {
                     "; raise cluster.hang_timeout_s if this is a slow step, not a hang");
 }
 
+// What every device of this process sent, across generations (See Note
+// [Bytes sent]); a remote device's control here is a stand-in that counts
+// nothing.
+bytes_totals device_bytes(const reducer_state& st) {
+  bytes_totals t;
+  for (const auto& [id, h] : st.devices) {
+    t.sent += h.control->bytes.sent.load(std::memory_order_relaxed);
+    t.largest_call = std::max(t.largest_call, h.control->bytes.largest_call.load(std::memory_order_relaxed));
+  }
+  return t;
+}
+
 void start(reducer_ptr self) {
   auto& st = self->state;
   std::vector<member> initial;
@@ -151,6 +163,7 @@ void start(reducer_ptr self) {
     initial.push_back({d.id, d.name});
   }
   st.members.emplace(std::move(initial), st.setup.membership_faults);
+  st.setup.book.bytes = [self] { return device_bytes(self->state); };
   st.book.emplace(st.setup.book, [control = st.setup.control](const event& e) {
     if (const auto* r = std::get_if<recovery_event>(&e))
       engine_log()->info("recovered: step {} committed {:.1f} ms after the fault", r->step, r->recovery_ms);
@@ -177,6 +190,9 @@ void maybe_finish(reducer_ptr self) {
   s.samples_per_s = s.train_s > 0.0 ? static_cast<double>(s.samples) / s.train_s : 0.0;
   s.steps = st.book->committed() + 1;
   s.stopped = st.stop_requested;
+  const bytes_totals bytes = device_bytes(st);
+  s.bytes_sent = static_cast<std::int64_t>(bytes.sent);
+  s.largest_send = static_cast<std::int64_t>(bytes.largest_call);
   st.setup.control->finish(s);
 }
 

@@ -50,6 +50,9 @@ void progress_printer::print_summary(const run_summary& s) {
   std::fprintf(out_, "test accuracy %.4f  test loss %.4f  %.0f samples/s  wall %.1f s  (%lld step%s, %lld epoch%s)\n",
                s.test_accuracy, s.test_loss, s.samples_per_s, s.wall_s, static_cast<long long>(s.steps),
                s.steps == 1 ? "" : "s", static_cast<long long>(s.epochs), s.epochs == 1 ? "" : "s");
+  if (s.bytes_sent > 0)
+    std::fprintf(out_, "sent %.1f MB by the collectives (largest call %.2f MB)\n", static_cast<double>(s.bytes_sent) / 1e6,
+                 static_cast<double>(s.largest_send) / 1e6);
   if (!s.checkpoint.empty()) std::fprintf(out_, "checkpoint: %s\n", s.checkpoint.c_str());
   std::fflush(out_);
   line_open_ = false;

@@ -337,6 +337,11 @@ const std::vector<key_spec>& keys() {
               "of each round's data). 0: one per device at the start. Devices run them, several one after the "
               "other where there are fewer devices, so the result does not depend on the number of devices.",
               4096);
+    b.boolean("scale_inner_lr", [](job_config& c) -> bool& { return c.sync.scale_inner_lr; },
+              "The inner steps' learning rate (and optimizer.min_lr) is optimizer.lr x (train.batch_size / "
+              "sync.workers) / train.batch_size, the linear scaling rule for an inner batch K times smaller than "
+              "the global batch, so that a job keeps its [optimizer] when it switches from every_step. false: "
+              "optimizer.lr as it is.");
 
     b.section = "precision";
     b.choice<matmul_precision>("matmul", [](job_config& c) -> matmul_precision& { return c.precision.matmul; },

@@ -68,6 +68,7 @@ void metrics_board::on_event(const event& e) {
           skipped_ += x.skipped;
           shares_ = x.shares;
           throughput_ = x.throughput;
+          bytes_sent_ = x.bytes_sent;
         } else if constexpr (std::is_same_v<T, epoch_event>) {
           epochs_ = x.epoch + 1;
           test_loss_ = x.test_loss;
@@ -174,6 +175,9 @@ std::string metrics_board::prometheus_text(clock::time_point now) const {
   family(out, "dpactor_recoveries_total", "counter", "Steps committed after a fault.").sample(static_cast<double>(recoveries_));
   family(out, "dpactor_last_recovery_seconds", "gauge", "From the last fault's detection to the next committed step.")
       .sample(last_recovery_s_);
+  family(out, "dpactor_bytes_sent_total", "counter",
+         "Bytes the devices' collectives sent, as of the last step event (docs/async.md, \"Bytes sent\").")
+      .sample(static_cast<double>(bytes_sent_));
   family(out, "dpactor_requeued_samples_total", "counter", "Sample indices handed out again (cuts and faults), by epoch ends.")
       .sample(static_cast<double>(requeued_));
   if (checkpoint_step_) {

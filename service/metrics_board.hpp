@@ -59,6 +59,7 @@ class metrics_board {
   std::int64_t cuts_ = 0, skipped_ = 0, membership_changes_ = 0, faults_ = 0, recoveries_ = 0;
   double last_recovery_s_ = 0.0;
   std::int64_t requeued_ = 0;
+  std::int64_t bytes_sent_ = 0;
   std::optional<std::int64_t> checkpoint_step_;
   std::optional<std::int64_t> committed_sequence_;  // stream mode (See Note [Exactly-once offsets])
   clock::time_point checkpoint_at_{};

@@ -20,6 +20,7 @@
 #include "tensors/mlp.hpp"
 #include "tensors/optimizer.hpp"
 #include "tensors/safetensors.hpp"
+#include "tests/recorded_run.hpp"
 #include "tests/test_support.hpp"
 #include "train/logical_workers.hpp"
 #include "train/round_shape.hpp"
@@ -92,7 +93,8 @@ reference_run reference_rounds(const job_config& c, int rounds, double outer_lr,
   outer.momentum = outer_momentum;
   outer.nesterov = nesterov;
   outer.weight_decay = 0.0;
-  const lr_schedule schedule = make_lr_schedule(c, 1000);
+  lr_schedule schedule = make_lr_schedule(c, 1000);
+  schedule.base_lr = c.optimizer.lr * static_cast<double>(b) / static_cast<double>(B);  // sync.scale_inner_lr
   std::vector<float> x(b * static_cast<std::size_t>(c.model.inputs())), grads(n);
   std::vector<std::int32_t> y(b);
   for (int r = 0; r < rounds; ++r) {
@@ -234,6 +236,33 @@ TEST(RoundsConfig, ATorchModelOrAResumeIsRefusedBeforeTraining) {
     again.start();
   });
   EXPECT_NE(other.find("the checkpoint is of a run with sync.mode = \"diloco\""), std::string::npos) << other;
+}
+
+
+// Every sample once, by the devices' own account (trained events, not the
+// ledger): a round's samples count when it commits, and a round that a
+// failure interrupts is run again from its start, so none is trained twice.
+TEST(RoundsFaults, EverySampleOnceWithAFailureAHangAJoinAndALeaveMidRun) {
+  // 16 steps of 64 an epoch: with H = 4, four rounds an epoch, twelve in all.
+  job_config c = testing::faulty_job(3, {"fail:1@3", "join:cpu@5", "hang:2@7", "leave:0@10"}, testing::replica_kind::mlp);
+  c.sync.mode = sync_mode::diloco;
+  c.sync.workers = 4;
+  c.sync.every = 4;
+  c.cluster.hang_timeout_s = 0.5;
+  const testing::recorded_run faulty = testing::run_recorded(c);
+  EXPECT_EQ(faulty.summary.steps, 12);
+  EXPECT_GE(faulty.summary.membership_changes, 4);
+  testing::expect_exactly_once(faulty);
+  // And the bytes of a quiet run on one device.
+  job_config quiet = c;
+  quiet.faults.inject.clear();
+  quiet.cluster.cpus = 1;
+  testing::scratch_dir dir;
+  c.train.checkpoint_dir = (dir / "faulty").string();
+  quiet.train.checkpoint_dir = (dir / "quiet").string();
+  const testing::recorded_run a = testing::run_recorded(c), b = testing::run_recorded(quiet);
+  EXPECT_EQ(testing::checkpoint_parameters(a.summary.checkpoint), testing::checkpoint_parameters(b.summary.checkpoint));
+  EXPECT_EQ(optimizer_values(a.summary.checkpoint), optimizer_values(b.summary.checkpoint));
 }
 
 }  // namespace

@@ -6,7 +6,8 @@ namespace {
 json to_json(const step_event& e) {
   return {{"event", "step"},   {"step", e.step},       {"epoch", e.epoch}, {"epoch_step", e.epoch_step},
           {"loss", e.loss},    {"accuracy", e.accuracy}, {"lr", e.lr},     {"samples_per_s", e.samples_per_s},
-          {"generation", e.generation}, {"cuts", e.cuts}, {"skipped", e.skipped}, {"shares", e.shares}, {"throughput", e.throughput}};
+          {"generation", e.generation}, {"cuts", e.cuts}, {"skipped", e.skipped}, {"shares", e.shares}, {"throughput", e.throughput},
+          {"bytes_sent", e.bytes_sent}};
 }
 
 json to_json(const epoch_event& e) {
@@ -67,6 +68,8 @@ json to_json(const run_summary& s) {
           {"cuts", s.cuts},
           {"skipped_steps", s.skipped_steps},
           {"requeued", s.requeued},
+          {"bytes_sent", s.bytes_sent},
+          {"largest_send", s.largest_send},
           {"max_recovery_ms", s.max_recovery_ms},
           {"checkpoint", s.checkpoint},
           {"stopped", s.stopped}};

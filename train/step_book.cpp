@@ -185,6 +185,7 @@ void step_book::emit_step(std::int64_t step, const step_tally& t, clock::time_po
   e.skipped = interval_skipped_;
   e.shares = throughput_.shares();
   for (std::size_t r = 0; r < e.shares.size(); ++r) e.throughput.push_back(throughput_.throughput(r));
+  if (setup_.bytes) e.bytes_sent = static_cast<std::int64_t>(setup_.bytes().sent);
   emit_(e);
   interval_cuts_ = 0;
   interval_skipped_ = 0;

@@ -46,6 +46,12 @@ struct replicas_diverged : training_error {
   std::int32_t rank, other;
 };
 
+// What the devices' collectives sent so far (See Note [Bytes sent]).
+struct bytes_totals {
+  std::uint64_t sent = 0;
+  std::uint64_t largest_call = 0;
+};
+
 struct step_book_setup {
   lr_schedule schedule;
   std::int64_t start_step = 0;   // steps already trained (resume)
@@ -55,6 +61,7 @@ struct step_book_setup {
   bool verify_replicas = false;  // every member reports its checksum; a step needs them all
   bool skip_nonfinite = false;   // train.on_nonfinite = "skip": such steps commit, unapplied
   double smoothing = 0.3;        // of the members' throughput averages
+  std::function<bytes_totals()> bytes;  // null: not counted
 };
 
 // What a commit tells the loader: every step up to `through` is trained,

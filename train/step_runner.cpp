@@ -321,7 +321,7 @@ std::span<const float> step_runner::update(replica& model, collective& comm, con
     model.update_in_place(lr, header_[h_samples]);
     return header_;
   }
-  if (comm.gathers_gradients()) {
+  if (comm.gathers_gradients() || gather_gradients_) {
     // Every member gets the whole reduced gradient and updates everything.
     progress.mark(device_phase::collective, step);
     gather_parts_.clear();

@@ -21,6 +21,7 @@
 #include "train/step_shard.hpp"
 #include "train/straggler.hpp"
 #include "comms/collective.hpp"
+#include "comms/counted_collective.hpp"
 #include "comms/gradient_buckets.hpp"
 #include "comms/summation_tree.hpp"
 #include "data/dataset.hpp"
@@ -35,6 +36,7 @@ namespace dpactor {
 struct device_control {
   std::atomic<std::int64_t> cut_step{-1};
   device_progress progress;
+  bytes_counter bytes;  // what the device's collectives sent (See Note [Bytes sent])
 };
 
 
@@ -113,6 +115,10 @@ class step_runner {
   // non-finite values (See Note [Non-finite steps]).
   bool applied() const noexcept { return applied_; }
   void set_nonfinite_policy(nonfinite_policy p) noexcept { nonfinite_ = p; }
+  // The members gather the reduced gradients and each updates the whole
+  // state, on any backend: the round modes do, as their outer step comes once
+  // a round and gathering the state would send the outer momentum too.
+  void set_gather_gradients(bool on) noexcept { gather_gradients_ = on; }
 
   // The buckets planned for `model` (planned on first use).
   std::span<const gradient_bucket> buckets(const replica& model);
@@ -178,6 +184,7 @@ class step_runner {
   bool applied_ = true;
   std::int64_t nonfinite_local_ = 0;
   nonfinite_policy nonfinite_ = nonfinite_policy::stop;
+  bool gather_gradients_ = false;
   std::vector<fault_spec> faults_;
   std::uint64_t fault_seed_;
   std::optional<rng> jitter_rng_;

@@ -26,6 +26,7 @@ struct step_event {
   std::int64_t skipped = 0;        // steps skipped for non-finite values since the last step event
   std::vector<double> shares;      // each member's share of the global batch, rank order
   std::vector<double> throughput;  // each member's smoothed samples/s, rank order
+  std::int64_t bytes_sent = 0;     // by every device's collectives so far (docs/async.md, "Bytes sent")
 };
 
 struct epoch_event {
@@ -98,6 +99,10 @@ struct run_summary {
   std::int64_t cuts = 0;          // members cut short at their deadline
   std::int64_t skipped_steps = 0; // not applied: non-finite loss or gradients (train.on_nonfinite = "skip")
   std::int64_t requeued = 0;      // indices handed out again (cuts and faults)
+  // Bytes every device's collectives sent in this run, and the most one call
+  // of one device sent (docs/async.md, "Bytes sent"); devices of this process.
+  std::int64_t bytes_sent = 0;
+  std::int64_t largest_send = 0;
   double max_recovery_ms = 0.0;   // longest fault-to-next-step time
   std::string checkpoint;      // the last checkpoint written, if any
   bool stopped = false;        // ended by stop() before the planned end

@@ -23,6 +23,9 @@ struct sync_config {
   std::int64_t delay = 0;      // 1: a round's exchange is applied one round late
   sync_codec codec = sync_codec::fp32;
   std::int64_t workers = 0;  // K logical workers; 0 = the devices at start
+  // The inner steps' rate is optimizer.lr / K (the linear scaling rule for an
+  // inner batch of B / K samples), so a job keeps its [optimizer] across modes.
+  bool scale_inner_lr = true;
 
   bool rounds() const noexcept { return mode != sync_mode::every_step; }
 };

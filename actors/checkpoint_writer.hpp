@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <caf/all.hpp>
@@ -23,6 +24,9 @@ struct checkpoint_writer_setup {
   std::string data_fingerprint;
   std::string config_toml;
   std::int64_t keep = 0;
+  // The round modes: a state to write holds the replica's state, then the
+  // logical workers' (See Note [Logical workers]), laid out by this.
+  std::optional<state_layout> inner;
 };
 
 // Answers each write_checkpoint_msg with a checkpoint_written_msg.

@@ -14,11 +14,23 @@ namespace {
 
 using device_ptr = device_actor::stateful_pointer<device_state>;
 
+// What a checkpoint after `last_step` holds: the replica's state, and in the
+// round modes every logical worker's state at the start of the next round
+// (See Note [Logical workers]).
+std::vector<float> checkpoint_state(const device_setup& setup, std::int64_t last_step) {
+  std::vector<float> state = setup.model->export_state();
+  if (setup.workers) {
+    const std::vector<float> workers = setup.workers->store().read_all(last_step + 1);
+    state.insert(state.end(), workers.begin(), workers.end());
+  }
+  return state;
+}
+
 void report_failure(device_ptr self, std::int64_t step, const std::string& what) {
   auto& st = self->state;
   device_failed_msg msg{st.generation, step, st.rank, what, st.last_step, {}};
   try {
-    msg.state = st.setup->model->export_state();
+    msg.state = checkpoint_state(*st.setup, st.last_step);
   } catch (...) {
   }
   self->send(st.reducer, std::move(msg));
@@ -196,13 +208,15 @@ device_actor::behavior_type device_behavior(device_ptr self, std::shared_ptr<dev
       [self](const snapshot_msg& msg) {
         auto& st = self->state;
         if (msg.generation != st.generation || !st.group || st.group->aborted()) return;
-        self->send(st.reducer, state_msg{msg.step, st.setup->model->export_state()});
+        self->send(st.reducer, state_msg{msg.step, checkpoint_state(*st.setup, msg.step)});
       },
       [](const finish_msg&) {
         // Nothing more will come in this generation; the engine ends the actor.
       },
       [self](suspend_atom) -> std::int64_t { return self->state.last_step; },
-      [self](state_atom) { return state_msg{self->state.last_step, self->state.setup->model->export_state()}; },
+      [self](state_atom) {
+        return state_msg{self->state.last_step, checkpoint_state(*self->state.setup, self->state.last_step)};
+      },
       [self](const inject_msg& msg) { self->state.runner->add_fault(parse_fault_spec(msg.spec)); },
       [self](const params_request& req) {
         auto& st = self->state;

@@ -33,6 +33,15 @@ std::string model_name(const job_config& config, const run_options& options) {
   return options.torch_model ? std::string("the C++ module (run_options::torch_model)") : config.module.path;
 }
 
+std::string sync_mode_name(sync_mode m) {
+  switch (m) {
+    case sync_mode::every_step: return "every_step";
+    case sync_mode::local_sgd: return "local_sgd";
+    case sync_mode::diloco: return "diloco";
+  }
+  return "?";
+}
+
 // The sync.mode a checkpoint's run was configured with: its trainer record's
 // config, where a [sync] section names one ("every_step" before there were
 // round modes).
@@ -48,22 +57,43 @@ std::string checkpoint_sync_mode(const std::string& config_toml) {
   return body.substr(value, body.find('"', value) - value);
 }
 
+// The logical workers of a resumed round mode: K is the checkpoint's.
+void resume_workers(const job_config& config, loaded_checkpoint& ckpt, launch_plan& plan) {
+  const std::size_t per = worker_floats(plan.inner_layout);
+  const auto workers = static_cast<std::int64_t>(ckpt.workers.size() / per);
+  const std::string where = ckpt.directory.string() + ": ";
+  if (config.sync.workers > 0 && config.sync.workers != workers)
+    throw config_error(where + "the checkpoint has " + std::to_string(workers) + " logical workers, this config has "
+                       "sync.workers = " + std::to_string(config.sync.workers) +
+                       ": a run keeps its logical workers (set sync.workers = 0 to take the checkpoint's)");
+  if (config.train.batch_size % workers != 0)
+    throw config_error(where + "the checkpoint's " + std::to_string(workers) + " logical workers do not split "
+                       "train.batch_size = " + std::to_string(config.train.batch_size) + " evenly");
+  plan.shape.workers = workers;
+  plan.resumed_workers = std::move(ckpt.workers);
+}
+
 // The state every member starts from: fresh, from weights, or resumed.
 void load_initial_state(const job_config& config, const run_options& options, launch_plan& plan) {
   if (!options.resume_from.empty()) {
-    loaded_checkpoint ckpt = read_checkpoint(options.resume_from, plan.layout);
+    const std::string mode = checkpoint_sync_mode(read_trainer_record(options.resume_from).config);
+    const std::string wanted = sync_mode_name(config.sync.mode);
+    if (mode != wanted)
+      throw config_error(visible(options.resume_from) + ": the checkpoint is of a run with sync.mode = \"" + mode +
+                         "\", this config has sync.mode = \"" + wanted + "\": " +
+                         (mode == "every_step" || wanted == "every_step"
+                              ? "the optimizer file holds another optimizer's state"
+                              : "the outer optimizer's state differs") +
+                         " (a run keeps its mode from start to end)");
+    loaded_checkpoint ckpt = read_checkpoint(options.resume_from, plan.layout, plan.rounds ? &plan.inner_layout : nullptr);
     const trainer_record& r = ckpt.record;
     const std::string where = ckpt.directory.string() + ": ";
+    if (plan.rounds) resume_workers(config, ckpt, plan);
     const bool stream = config.train.mode == train_mode::stream;
     if (r.position.stream.active != stream)
       throw config_error(where + "the checkpoint is of a run with train.mode = \"" +
                          (r.position.stream.active ? "stream" : "epochs") + "\"; this config has train.mode = \"" +
                          (stream ? "stream" : "epochs") + "\"");
-    const std::string mode = checkpoint_sync_mode(r.config);
-    if (mode != "every_step")
-      throw config_error(where + "the checkpoint is of a run with sync.mode = \"" + mode +
-                         "\": its optimizer file holds the outer optimizer's state, and resuming it with sync.mode = "
-                         "\"every_step\" would read that as the job's optimizer state");
     if (!stream && r.train_samples != plan.data.train->rows)
       throw checkpoint_error(where + "the checkpoint was trained on " + std::to_string(r.train_samples) +
                              " samples, the configured training set has " + std::to_string(plan.data.train->rows));
@@ -116,10 +146,6 @@ void plan_rounds(const job_config& config, const run_options& options, int repli
   if (options.coordinator)
     throw config_error(config.source + ": sync.mode = \"" + mode + "\" trains in one process only in this version: "
                        "across processes (--coordinator, --join) use sync.mode = \"every_step\"");
-  if (!options.resume_from.empty())
-    throw config_error(config.source + ": resuming a run with sync.mode = \"" + mode + "\" is not built yet in this "
-                       "version: its checkpoints hold the global weights and the outer optimizer's state, not the "
-                       "logical workers' inner states");
   if (options.torch_model)
     throw config_error("run_options::torch_model: sync.mode = \"" + mode + "\" runs on native MLP replicas only in "
                        "this version");
@@ -141,14 +167,14 @@ void plan_rounds(const job_config& config, const run_options& options, int repli
   o.lr = s.mode == sync_mode::diloco ? s.outer_lr : 1.0;
   o.momentum = nesterov ? s.outer_momentum : 0.0;
   o.nesterov = nesterov;
-  auto rounds = std::make_shared<round_setup>();
-  rounds->worker_batch = plan.shape.worker_batch();
-  plan.rounds = std::move(rounds);
+  plan.rounds = std::make_shared<round_setup>();
+  plan.inner_layout = make_state_layout(config.model, config.optimizer);
 }
 
 // The outer schedule (constant), the inner one, and the workers' first state.
 void finish_round_plan(const job_config& config, launch_plan& plan) {
   auto rounds = std::make_shared<round_setup>(*plan.rounds);
+  rounds->worker_batch = plan.shape.worker_batch();
   plan.schedule = lr_schedule{};
   plan.schedule.kind = schedule_kind::constant;
   plan.schedule.base_lr = plan.outer_optimizer.lr;
@@ -160,12 +186,17 @@ void finish_round_plan(const job_config& config, launch_plan& plan) {
     rounds->inner_schedule.base_lr *= scale;
     rounds->inner_schedule.min_lr *= scale;
   }
-  const state_layout inner = make_state_layout(config.model, config.optimizer);
-  std::vector<float> first(inner.total_size(), 0.0f);
-  write_step_counter(first, inner, 0);
-  rounds->store = std::make_shared<logical_worker_store>(
-      static_cast<std::size_t>(plan.shape.workers),
-      std::vector<float>(first.begin() + static_cast<std::ptrdiff_t>(inner.parameter_size), first.end()));
+  const state_layout& inner = plan.inner_layout;
+  const auto workers = static_cast<std::size_t>(plan.shape.workers);
+  if (!plan.resumed_workers.empty()) {
+    rounds->store = std::make_shared<logical_worker_store>(workers, plan.resumed_workers, plan.start_step);
+    plan.resumed_workers.clear();
+  } else {
+    std::vector<float> first(inner.total_size(), 0.0f);
+    write_step_counter(first, inner, 0);
+    rounds->store = std::make_shared<logical_worker_store>(
+        workers, std::vector<float>(first.begin() + static_cast<std::ptrdiff_t>(inner.parameter_size), first.end()));
+  }
   plan.rounds = std::move(rounds);
 }
 
@@ -434,6 +465,7 @@ std::shared_ptr<const checkpoint_writer_setup> make_writer_setup(const job_confi
   setup->data_fingerprint = plan.data_fingerprint;
   setup->config_toml = dump_job_config(config);
   setup->keep = config.train.keep_checkpoints;
+  if (plan.rounds) setup->inner = plan.inner_layout;
   return setup;
 }
 

@@ -51,6 +51,8 @@ struct launch_plan {
   std::shared_ptr<const round_setup> rounds;
   round_shape shape;                // rounds only
   optimizer_config outer_optimizer; // rounds only: the replicas' optimizer
+  state_layout inner_layout;        // rounds only: an inner replica's (the job's optimizer)
+  std::vector<float> resumed_workers;  // rounds, resumed: the workers' states until the store takes them
 };
 
 // Loads the data and the initial state and plans the run. Throws data_error,

@@ -38,6 +38,91 @@ std::vector<tensor_to_save> tensors_of(const state_layout& layout, std::span<con
   return out;
 }
 
+// workers.safetensors: worker k's slot tensors as "worker.<k>.<name>", and
+// each worker's step counter in the metadata ("steps", comma-separated).
+constexpr const char* workers_file = "workers.safetensors";
+
+std::string worker_tensor(std::size_t k, const std::string& name) { return "worker." + std::to_string(k) + "." + name; }
+
+void save_workers(const fs::path& file, const worker_states& w) {
+  const state_layout& inner = *w.inner;
+  const std::size_t per = worker_floats(inner), count = w.states.size() / per;
+  const std::size_t params = inner.parameter_tensors, all = inner.layout.tensors().size();
+  std::vector<std::string> names;
+  names.reserve(count * (all - params));
+  std::vector<tensor_to_save> tensors;
+  std::string steps;
+  for (std::size_t k = 0; k < count; ++k) {
+    // The worker's floats sit as in an inner state from parameter_size on.
+    for (std::size_t i = params; i < all; ++i) {
+      const auto& t = inner.layout.tensors()[i];
+      names.push_back(worker_tensor(k, t.name));
+      tensors.push_back({names.back(), t.shape, w.states.subspan(k * per + (t.offset - inner.parameter_size), t.numel())});
+    }
+    const std::span<const float> tail(w.states.data() + k * per + (inner.layout.size() - inner.parameter_size),
+                                      state_layout::tail_floats);
+    std::vector<float> one(inner.total_size(), 0.0f);
+    std::copy(tail.begin(), tail.end(), one.begin() + static_cast<std::ptrdiff_t>(inner.layout.size()));
+    steps += (k ? "," : "") + std::to_string(read_step_counter(one, inner));
+  }
+  string_pairs meta{{"workers", std::to_string(count)}, {"steps", steps}};
+  meta.emplace_back(tensor_checksum_key, tensor_file_checksum(tensors, meta));
+  save_safetensors(file, tensors, meta);
+}
+
+std::vector<float> load_workers(const fs::path& file, const state_layout& inner, bool checksummed) {
+  const std::string origin = file.string();
+  std::error_code ec;
+  if (!fs::exists(file, ec))
+    throw checkpoint_error(origin + ": missing: the checkpoint holds no logical workers' states (is it of a run "
+                           "with sync.mode = \"every_step\"?)");
+  const auto loaded = load_safetensors(file);
+  verify_tensor_file(loaded, origin, checksummed);
+  const std::string* count_text = loaded.find_metadata("workers");
+  const std::string* steps_text = loaded.find_metadata("steps");
+  if (count_text == nullptr || steps_text == nullptr)
+    throw checkpoint_error(origin + ": metadata has no \"workers\" or \"steps\"");
+  std::size_t count = 0;
+  std::vector<std::int64_t> steps;
+  try {
+    count = static_cast<std::size_t>(std::stoull(*count_text));
+    for (std::size_t at = 0; at < steps_text->size();) {
+      const auto comma = steps_text->find(',', at);
+      steps.push_back(std::stoll(steps_text->substr(at, comma == std::string::npos ? std::string::npos : comma - at)));
+      at = comma == std::string::npos ? steps_text->size() : comma + 1;
+    }
+  } catch (const std::exception&) {
+    throw checkpoint_error(origin + ": metadata \"workers\" or \"steps\" is not a number");
+  }
+  if (count == 0 || count > 4096 || steps.size() != count)
+    throw checkpoint_error(origin + ": " + std::to_string(steps.size()) + " step counters for " +
+                           std::to_string(count) + " workers");
+  const std::size_t per = worker_floats(inner);
+  std::vector<float> out(count * per, 0.0f);
+  std::vector<float> one(inner.total_size());
+  for (std::size_t k = 0; k < count; ++k) {
+    if (steps[k] < 0 || steps[k] > (std::int64_t{1} << 40))
+      throw checkpoint_error(origin + ": worker " + std::to_string(k) + "'s step " + std::to_string(steps[k]) +
+                             " is out of range");
+    std::fill(one.begin(), one.end(), 0.0f);
+    for (std::size_t i = inner.parameter_tensors; i < inner.layout.tensors().size(); ++i) {
+      const auto& spec = inner.layout.tensors()[i];
+      const loaded_tensor* t = loaded.find(worker_tensor(k, spec.name));
+      if (t == nullptr) throw checkpoint_error(origin + ": tensor \"" + worker_tensor(k, spec.name) + "\" is missing");
+      if (t->shape != spec.shape || t->dtype != "F32")
+        throw checkpoint_error(origin + ": tensor \"" + worker_tensor(k, spec.name) + "\" does not have the model's shape in F32");
+      if (const auto bad = first_nonfinite(t->values))
+        throw checkpoint_error(origin + ": tensor " + worker_tensor(k, spec.name) + " holds a non-finite value at index " +
+                               std::to_string(*bad));
+      std::copy(t->values.begin(), t->values.end(), one.begin() + static_cast<std::ptrdiff_t>(spec.offset));
+    }
+    write_step_counter(one, inner, steps[k]);
+    std::copy(one.begin() + static_cast<std::ptrdiff_t>(inner.parameter_size), one.end(),
+              out.begin() + static_cast<std::ptrdiff_t>(k * per));
+  }
+  return out;
+}
+
 json trainer_json(const trainer_record& r) {
   json j{{"format", "dpactor-checkpoint-2"},
          {"step", r.step},
@@ -185,7 +270,7 @@ void crash_point(std::string_view point) {
 void set_checkpoint_crash_hook(std::function<void(std::string_view)> hook) { crash_hook() = std::move(hook); }
 
 fs::path write_checkpoint(const fs::path& root, const state_layout& layout, std::span<const float> state,
-                          const trainer_record& record) {
+                          const trainer_record& record, worker_states workers) {
   // See Note [Non-finite steps]: a diverged state never becomes the newest checkpoint.
   require_finite(state.first(layout.layout.size()), layout.layout,
                  "checkpoint of step " + std::to_string(record.step) + " not written (the newest one on disk stays)");
@@ -211,6 +296,16 @@ fs::path write_checkpoint(const fs::path& root, const state_layout& layout, std:
     const auto optimizer = tensors_of(layout, state, params, all);
     opt_meta.emplace_back(tensor_checksum_key, tensor_file_checksum(optimizer, opt_meta));
     save_safetensors(tmp / "optimizer.safetensors", optimizer, opt_meta);
+    if (workers.inner != nullptr) {
+      if (workers.states.empty() || workers.states.size() % worker_floats(*workers.inner) != 0)
+        throw checkpoint_error("checkpoint of step " + std::to_string(record.step) + ": " +
+                               std::to_string(workers.states.size()) + " floats of logical workers' states");
+      if (const auto bad = first_nonfinite(workers.states))
+        throw checkpoint_error("checkpoint of step " + std::to_string(record.step) +
+                               " not written: a logical worker's state holds a non-finite value at " + std::to_string(*bad) +
+                               " (the newest one on disk stays)");
+      save_workers(tmp / workers_file, workers);
+    }
     crash_point("optimizer written");
     json trainer = trainer_json(record);
     trainer["crc32"] = crc32_hex(trainer.dump());
@@ -221,7 +316,7 @@ fs::path write_checkpoint(const fs::path& root, const state_layout& layout, std:
     // Read back and compared before it takes a name: a checkpoint that does
     // not verify never becomes `latest`, and nothing older is pruned for it.
     try {
-      const loaded_checkpoint back = read_checkpoint(tmp, layout);
+      const loaded_checkpoint back = read_checkpoint(tmp, layout, workers.inner);
       const auto same = [](float x, float y) { return std::bit_cast<std::uint32_t>(x) == std::bit_cast<std::uint32_t>(y); };
       for (const auto& t : layout.layout.tensors())  // the padding between tensors is not saved
         for (std::size_t i = t.offset; i < t.offset + t.numel(); ++i)
@@ -229,6 +324,9 @@ fs::path write_checkpoint(const fs::path& root, const state_layout& layout, std:
             throw checkpoint_error("tensor " + t.name + " reads back differently at index " + std::to_string(i - t.offset));
       if (read_step_counter(back.state, layout) != read_step_counter(state, layout))
         throw checkpoint_error("the step counter reads back differently");
+      if (workers.inner != nullptr && !std::equal(back.workers.begin(), back.workers.end(), workers.states.begin(),
+                                                  workers.states.end(), same))
+        throw checkpoint_error("the logical workers' states read back differently");
     } catch (const checkpoint_error& e) {
       throw checkpoint_error("checkpoint " + final_dir.string() + " not written: it does not read back (" + e.what() +
                              "); the newest one on disk stays");
@@ -261,7 +359,10 @@ fs::path write_checkpoint(const fs::path& root, const state_layout& layout, std:
   return final_dir;
 }
 
-loaded_checkpoint read_checkpoint(const fs::path& path, const state_layout& layout) {
+namespace {
+
+// The checkpoint directory `path` names: itself, or a root's newest.
+fs::path checkpoint_dir_of(const fs::path& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) throw checkpoint_error(path.string() + ": no such checkpoint");
   fs::path dir = path;
@@ -288,6 +389,18 @@ loaded_checkpoint read_checkpoint(const fs::path& path, const state_layout& layo
     dir = path / name;
   }
   if (!fs::is_directory(dir, ec)) throw checkpoint_error(dir.string() + ": not a checkpoint directory");
+  return dir;
+}
+
+}  // namespace
+
+trainer_record read_trainer_record(const fs::path& path) {
+  const fs::path dir = checkpoint_dir_of(path);
+  return parse_trainer_json(read_file(dir / "trainer.json", file_role::checkpoint), (dir / "trainer.json").string());
+}
+
+loaded_checkpoint read_checkpoint(const fs::path& path, const state_layout& layout, const state_layout* inner) {
+  const fs::path dir = checkpoint_dir_of(path);
   loaded_checkpoint out;
   out.directory = dir;
   out.record = parse_trainer_json(read_file(dir / "trainer.json", file_role::checkpoint), (dir / "trainer.json").string());
@@ -310,6 +423,7 @@ loaded_checkpoint read_checkpoint(const fs::path& path, const state_layout& layo
   }
   check_ranges(out.record, counter, dir);
   write_step_counter(out.state, layout, counter);
+  if (inner != nullptr) out.workers = load_workers(dir / workers_file, *inner, out.record.checksummed);
   return out;
 }
 

@@ -3,6 +3,8 @@
 //   DIR/step-00000470/model.safetensors      parameters, PyTorch nn.Sequential names
 //   DIR/step-00000470/optimizer.safetensors  slots "<param>.<slot>", step in metadata
 //   DIR/step-00000470/trainer.json           step, epoch, ledger position, seed, config
+//   DIR/step-00000470/workers.safetensors    round modes: each logical worker's inner optimizer
+//                                            state "worker.<k>.<param>.<slot>", steps in metadata
 //   DIR/latest                               the name of the newest one
 // Each is written under a temporary name, flushed, then renamed, so a reader
 // never sees a partial checkpoint.
@@ -34,6 +36,16 @@ struct trainer_record {
   bool checksummed = true;  // read: the checkpoint's format carries checksums (See train/checkpoint_checksum.hpp)
 };
 
+// The round modes' logical workers (See Note [Logical workers]): each one's
+// inner optimizer state as an inner replica lays it out from the end of its
+// parameter section on (its slots, then the tail with its step counter),
+// worker after worker.
+struct worker_states {
+  const state_layout* inner = nullptr;  // null: none (sync.mode = "every_step")
+  std::span<const float> states;        // workers x worker_floats(*inner)
+};
+inline std::size_t worker_floats(const state_layout& inner) noexcept { return inner.total_size() - inner.parameter_size; }
+
 // Writes a checkpoint of `state` (laid out by `layout`) under `root` and
 // points DIR/latest at it. Returns the checkpoint's directory. Throws
 // checkpoint_error; leaves no partial directory. The order on disk: every
@@ -43,8 +55,10 @@ struct trainer_record {
 // `latest` naming a complete checkpoint (tests/checkpoint_durability_test.cpp).
 // Deletes nothing else: pruning is checkpoint_directory's, which knows what
 // its run wrote.
+// With `workers`, also workers.safetensors.
 std::filesystem::path write_checkpoint(const std::filesystem::path& root, const state_layout& layout,
-                                       std::span<const float> state, const trainer_record& record);
+                                       std::span<const float> state, const trainer_record& record,
+                                       worker_states workers = {});
 
 // Temporary directories are named "<prefix><checkpoint>-<pid>".
 inline constexpr const char* checkpoint_tmp_prefix = ".tmp-";
@@ -59,6 +73,7 @@ struct loaded_checkpoint {
   std::filesystem::path directory;
   std::vector<float> state;  // laid out by the layout it was loaded against
   trainer_record record;
+  std::vector<float> workers;  // with an inner layout: worker_states::states
 };
 
 // `path` is a checkpoint directory, or a root: then its newest checkpoint
@@ -66,7 +81,14 @@ struct loaded_checkpoint {
 // one except in the moment between a checkpoint's rename and `latest`'s).
 // Checks every tensor against `layout`; throws checkpoint_error naming the
 // file and tensor.
-loaded_checkpoint read_checkpoint(const std::filesystem::path& path, const state_layout& layout);
+// The trainer record of the checkpoint `path` names (as read_checkpoint),
+// without reading its tensors.
+trainer_record read_trainer_record(const std::filesystem::path& path);
+
+// With `inner` (the round modes), also the logical workers' states, which
+// must be there.
+loaded_checkpoint read_checkpoint(const std::filesystem::path& path, const state_layout& layout,
+                                  const state_layout* inner = nullptr);
 
 // Loads model weights only (e.g. --init-from): every parameter of `layout` must
 // be present as F32 with the same shape. Returns the parameter section.

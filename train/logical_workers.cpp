@@ -8,6 +8,24 @@ namespace dpactor {
 logical_worker_store::logical_worker_store(std::size_t workers, std::vector<float> initial)
     : initial_(std::move(initial)), states_(workers) {}
 
+logical_worker_store::logical_worker_store(std::size_t workers, std::span<const float> initial, std::int64_t first_round)
+    : states_(workers) {
+  const std::size_t per = initial.size() / workers;
+  initial_.assign(initial.begin(), initial.begin() + static_cast<std::ptrdiff_t>(per));  // not read: every worker has one
+  for (std::size_t k = 0; k < workers; ++k)
+    states_[k].rounds.emplace(first_round - 1, std::vector<float>(initial.begin() + static_cast<std::ptrdiff_t>(k * per),
+                                                                  initial.begin() + static_cast<std::ptrdiff_t>((k + 1) * per)));
+}
+
+std::vector<float> logical_worker_store::read_all(std::int64_t round) const {
+  std::vector<float> out;
+  for (std::size_t k = 0; k < states_.size(); ++k) {
+    const std::vector<float> one = read(k, round);
+    out.insert(out.end(), one.begin(), one.end());
+  }
+  return out;
+}
+
 std::vector<float> logical_worker_store::read(std::size_t k, std::int64_t round) const {
   const std::lock_guard lock(mutex_);
   const auto& rounds = states_.at(k).rounds;

@@ -42,10 +42,16 @@ class logical_worker_store {
   // `workers` logical workers, each starting from `initial` (an inner
   // replica's state without its parameter section: the slots, then the tail).
   logical_worker_store(std::size_t workers, std::vector<float> initial);
+  // Resumed: worker k starts from the k-th run of initial.size() / workers
+  // floats of `initial`, at round `first_round`.
+  logical_worker_store(std::size_t workers, std::span<const float> initial, std::int64_t first_round);
 
   std::size_t workers() const noexcept { return states_.size(); }
   // Worker k's state at the start of round `round`.
   std::vector<float> read(std::size_t k, std::int64_t round) const;
+  // Every worker's state at the start of round `round`, worker after worker
+  // (what a checkpoint after round `round` - 1 holds).
+  std::vector<float> read_all(std::int64_t round) const;
   // Worker k's state after round `round`; replaces any of that round or later.
   void write(std::size_t k, std::int64_t round, std::vector<float> state);
 
@@ -72,6 +78,8 @@ struct round_setup {
 class logical_worker_runner final : public slice_work {
  public:
   logical_worker_runner(std::unique_ptr<replica> inner, std::shared_ptr<const round_setup> setup);
+
+  const logical_worker_store& store() const noexcept { return *setup_->store; }
 
   // Slice k of a round's shard is worker k's round, from `model`'s parameters.
   batch_stats compute(const step_shard& shard, std::size_t slice, std::span<const std::uint32_t> rows,

@@ -33,15 +33,6 @@ std::string model_name(const job_config& config, const run_options& options) {
   return options.torch_model ? std::string("the C++ module (run_options::torch_model)") : config.module.path;
 }
 
-std::string sync_mode_name(sync_mode m) {
-  switch (m) {
-    case sync_mode::every_step: return "every_step";
-    case sync_mode::local_sgd: return "local_sgd";
-    case sync_mode::diloco: return "diloco";
-  }
-  return "?";
-}
-
 // The sync.mode a checkpoint's run was configured with: its trainer record's
 // config, where a [sync] section names one ("every_step" before there were
 // round modes).
@@ -142,7 +133,7 @@ void load_initial_state(const job_config& config, const run_options& options, la
 // The round modes' plan, before the state layout (See Note [Logical workers]).
 void plan_rounds(const job_config& config, const run_options& options, int replicas, launch_plan& plan) {
   const sync_config& s = config.sync;
-  const std::string mode = s.mode == sync_mode::diloco ? "diloco" : "local_sgd";
+  const std::string mode = sync_mode_name(s.mode);
   if (options.coordinator)
     throw config_error(config.source + ": sync.mode = \"" + mode + "\" trains in one process only in this version: "
                        "across processes (--coordinator, --join) use sync.mode = \"every_step\"");

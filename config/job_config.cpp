@@ -3,9 +3,8 @@
 #include <dpactor/error.hpp>
 
 namespace dpactor {
-namespace {
 
-std::string mode_text(sync_mode m) {
+std::string sync_mode_name(sync_mode m) {
   switch (m) {
     case sync_mode::every_step: return "every_step";
     case sync_mode::local_sgd: return "local_sgd";
@@ -14,11 +13,13 @@ std::string mode_text(sync_mode m) {
   return "?";
 }
 
+namespace {
+
 // The [sync] section against the rest of the job (docs/async.md).
 void validate_sync(const job_config& c, const std::string& where) {
   const sync_config& s = c.sync;
   if (!s.rounds()) return;
-  const std::string mode = "sync.mode = \"" + mode_text(s.mode) + "\"";
+  const std::string mode = "sync.mode = \"" + sync_mode_name(s.mode) + "\"";
   if (s.workers > 0 && c.train.batch_size % s.workers != 0)
     throw config_error(where + "train.batch_size = " + std::to_string(c.train.batch_size) +
                        " does not split evenly over sync.workers = " + std::to_string(s.workers) +

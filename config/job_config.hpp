@@ -4,6 +4,7 @@
 // checks between keys.
 
 #include <cstdint>
+#include <string>
 
 #include <dpactor/job_config.hpp>
 #include "tensors/lr_schedule.hpp"
@@ -20,6 +21,9 @@ lr_schedule make_lr_schedule(const job_config& config, std::int64_t run_steps);
 // policy says so and the run is not reproducible, where stealing replaces
 // cuts (See Note [Stealing slices]).
 bool cuts_enabled(const job_config& config) noexcept;
+
+// sync.mode as the config file spells it ("every_step", "local_sgd", "diloco").
+std::string sync_mode_name(sync_mode mode);
 
 // Checks relations between keys (e.g. nesterov needs momentum); throws config_error.
 void validate_job_config(const job_config& config);

@@ -63,8 +63,9 @@ TEST(LogicalWorkerStore, ARoundReadsTheStateItsWorkerWroteForTheRoundBefore) {
   EXPECT_EQ(store.read(1, 2), (std::vector<float>{0.0f, 0.0f})) << "the other worker is untouched";
   store.write(0, 1, {3.0f, 0.0f});  // round 1 run again: replaces it
   EXPECT_EQ(store.read(0, 2), (std::vector<float>{3.0f, 0.0f}));
-  store.write(0, 0, {4.0f, 0.0f});  // round 0 again: rounds after it are gone
-  EXPECT_EQ(store.read(0, 5), (std::vector<float>{4.0f, 0.0f}));
+  // A device of an ended generation finishing round 0 late leaves round 1.
+  store.write(0, 0, {1.0f, 0.0f});
+  EXPECT_EQ(store.read(0, 5), (std::vector<float>{3.0f, 0.0f}));
   for (std::int64_t r = 1; r <= 8; ++r) store.write(0, r, {static_cast<float>(r), 0.0f});
   EXPECT_EQ(store.read(0, 7), (std::vector<float>{6.0f, 0.0f}));
   EXPECT_THROW(store.read(0, 2), std::logic_error) << "a state no longer kept is an error, not the initial state";
@@ -171,7 +172,9 @@ TEST_P(ReferenceRounds, TheEngineMatchesAPlainLoopBitwiseForThreeRoundsOnOneAndT
     const run_summary s = engine.wait();
     ASSERT_EQ(s.steps, 3);
     EXPECT_EQ(testing::checkpoint_parameters(s.checkpoint), by_tensor(c, expected.global));
-    if (diloco) EXPECT_EQ(optimizer_values(s.checkpoint), by_tensor(c, expected.outer_slot));
+    if (diloco) {
+      EXPECT_EQ(optimizer_values(s.checkpoint), by_tensor(c, expected.outer_slot));
+    }
   }
   // The comparison can tell a different outer step.
   const reference_run other = diloco ? reference_rounds(shape, 3, 0.7, 0.0, false) : reference_rounds(shape, 3, 0.9, 0.0, false);

@@ -40,13 +40,12 @@ std::vector<float> logical_worker_store::read(std::size_t k, std::int64_t round)
 void logical_worker_store::write(std::size_t k, std::int64_t round, std::vector<float> state) {
   const std::lock_guard lock(mutex_);
   auto& w = states_.at(k);
-  w.rounds.erase(w.rounds.lower_bound(round), w.rounds.end());
-  const auto keep = w.rounds.lower_bound(round - kept_rounds);
+  w.rounds.insert_or_assign(round, std::move(state));
+  const auto keep = w.rounds.lower_bound(w.rounds.rbegin()->first - kept_rounds);
   if (keep != w.rounds.begin()) {
     w.rounds.erase(w.rounds.begin(), keep);
     w.pruned = true;
   }
-  w.rounds.emplace(round, std::move(state));
 }
 
 logical_worker_runner::logical_worker_runner(std::unique_ptr<replica> inner, std::shared_ptr<const round_setup> setup)

@@ -18,9 +18,11 @@
 // The workers' states live in a logical_worker_store, one per process, kept
 // by round: a round reads the state its worker wrote for the latest round
 // before it, and writes its own. A round that is run again (its generation
-// failed) reads the same state and writes the same bytes. The store keeps the
-// last few rounds' states, enough for any round a new generation can restart
-// from (a survivor is at most one round behind another).
+// failed) reads the same state and writes the same bytes, and so does a device
+// of an ended generation that finishes its round late (a hung one released by
+// the abort): a write never removes a newer round. The store keeps the last
+// few rounds' states, enough for any round a new generation can restart from
+// (a survivor is at most one round behind another).
 
 #include <cstdint>
 #include <map>
@@ -52,7 +54,10 @@ class logical_worker_store {
   // Every worker's state at the start of round `round`, worker after worker
   // (what a checkpoint after round `round` - 1 holds).
   std::vector<float> read_all(std::int64_t round) const;
-  // Worker k's state after round `round`; replaces any of that round or later.
+  // Worker k's state after round `round`. Rounds after it stay: a round's
+  // state is a function of the data and the state before it, so whoever
+  // writes it writes the same bytes, and a device of an ended generation
+  // that finishes an old round late must not erase newer ones.
   void write(std::size_t k, std::int64_t round, std::vector<float> state);
 
  private:

@@ -153,7 +153,11 @@ std::string default_node_name() {
 
 // Joins with this node's devices and serves them until the run is over;
 // every actor handle it made is gone when it returns.
-worker_result serve(caf::actor_system& system, const worker_options& options, bool tls) {
+// `rejoining`: this worker served this coordinator's address before, so a
+// connection closed during the handshake is a coordinator that is going or
+// coming (a killed one's socket, a restarted one not serving yet), not one of
+// another kind: it is retried like an unreachable one until connect_timeout.
+worker_result serve(caf::actor_system& system, const worker_options& options, bool tls, bool rejoining = false) {
   const std::string node = options.node.empty() ? default_node_name() : options.node;
   // Connect and ask for the job, with retries until connect_timeout: the
   // coordinator may still be starting, and after a coordinator's loss CAF
@@ -183,11 +187,14 @@ worker_result serve(caf::actor_system& system, const worker_options& options, bo
       why = system.render(found.error());
       // A TLS refusal (either way) is an answer: no retry changes it.
       if (std::string refused = take_last_tls_refusal(); !refused.empty()) return {worker_result::kind::refused, refused};
-      if (!tls && found.error() == caf::sec::disconnect_during_handshake)
-        return {worker_result::kind::refused,
-                "the coordinator at " + options.host + ":" + std::to_string(options.port) +
-                    " closed the connection during the handshake: it may require TLS (cluster.tls.*) or run another "
-                    "version of dpactor"};
+      if (!tls && found.error() == caf::sec::disconnect_during_handshake) {
+        const std::string closed = "the coordinator at " + options.host + ":" + std::to_string(options.port) +
+                                   " closed the connection during the handshake";
+        if (!rejoining)
+          return {worker_result::kind::refused,
+                  closed + ": it may require TLS (cluster.tls.*) or run another version of dpactor"};
+        why = closed;
+      }
     }
     if (clock_type::now() >= give_up)
       throw unreachable("cannot reach the coordinator at " + options.host + ":" + std::to_string(options.port) + ": " +
@@ -311,7 +318,7 @@ worker_result run_worker(const worker_options& options) {
       worker_options again = options;
       again.connect_timeout = options.rejoin_timeout;
       try {
-        r = serve(*system, again, tls);
+        r = serve(*system, again, tls, /*rejoining=*/true);
       } catch (const unreachable& e) {
         r = {worker_result::kind::fenced, r.message + "; then " + e.what() + " (--rejoin-timeout)"};
         break;

@@ -27,6 +27,7 @@ struct checkpoint_writer_setup {
   // The round modes: a state to write holds the replica's state, then the
   // logical workers' (See Note [Logical workers]), laid out by this.
   std::optional<state_layout> inner;
+  bool residual = false;  // the workers' states end with a codec's residual
 };
 
 // Answers each write_checkpoint_msg with a checkpoint_written_msg.

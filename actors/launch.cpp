@@ -33,24 +33,25 @@ std::string model_name(const job_config& config, const run_options& options) {
   return options.torch_model ? std::string("the C++ module (run_options::torch_model)") : config.module.path;
 }
 
-// The sync.mode a checkpoint's run was configured with: its trainer record's
-// config, where a [sync] section names one ("every_step" before there were
-// round modes).
-std::string checkpoint_sync_mode(const std::string& config_toml) {
+// A string key of the [sync] section a checkpoint's run was configured
+// with (its trainer record's config), or `fallback` where the section or
+// key is not there (sync.mode "every_step" and sync.codec "fp32" before
+// they existed).
+std::string checkpoint_sync_value(const std::string& config_toml, const std::string& name, const std::string& fallback) {
   const auto section = config_toml.find("[sync]\n");
-  if (section == std::string::npos) return "every_step";
+  if (section == std::string::npos) return fallback;
   const auto end = config_toml.find("\n[", section + 1);
   const std::string body = config_toml.substr(section, end == std::string::npos ? std::string::npos : end - section);
-  const std::string key = "\nmode = \"";
+  const std::string key = "\n" + name + " = \"";
   const auto at = body.find(key);
-  if (at == std::string::npos) return "every_step";
+  if (at == std::string::npos) return fallback;
   const auto value = at + key.size();
   return body.substr(value, body.find('"', value) - value);
 }
 
 // The logical workers of a resumed round mode: K is the checkpoint's.
 void resume_workers(const job_config& config, loaded_checkpoint& ckpt, launch_plan& plan) {
-  const std::size_t per = worker_floats(plan.inner_layout);
+  const std::size_t per = worker_floats(plan.inner_layout, config.sync.codec != sync_codec::fp32);
   const auto workers = static_cast<std::int64_t>(ckpt.workers.size() / per);
   const std::string where = ckpt.directory.string() + ": ";
   if (config.sync.workers > 0 && config.sync.workers != workers)
@@ -67,7 +68,8 @@ void resume_workers(const job_config& config, loaded_checkpoint& ckpt, launch_pl
 // The state every member starts from: fresh, from weights, or resumed.
 void load_initial_state(const job_config& config, const run_options& options, launch_plan& plan) {
   if (!options.resume_from.empty()) {
-    const std::string mode = checkpoint_sync_mode(read_trainer_record(options.resume_from).config);
+    const std::string ckpt_config = read_trainer_record(options.resume_from).config;
+    const std::string mode = checkpoint_sync_value(ckpt_config, "mode", "every_step");
     const std::string wanted = sync_mode_name(config.sync.mode);
     if (mode != wanted)
       throw config_error(visible(options.resume_from) + ": the checkpoint is of a run with sync.mode = \"" + mode +
@@ -76,7 +78,17 @@ void load_initial_state(const job_config& config, const run_options& options, la
                               ? "the optimizer file holds another optimizer's state"
                               : "the outer optimizer's state differs") +
                          " (a run keeps its mode from start to end)");
-    loaded_checkpoint ckpt = read_checkpoint(options.resume_from, plan.layout, plan.rounds ? &plan.inner_layout : nullptr);
+    if (plan.rounds) {
+      const std::string codec = checkpoint_sync_value(ckpt_config, "codec", "fp32");
+      const std::string wanted_codec = sync_codec_name(config.sync.codec);
+      if (codec != wanted_codec)
+        throw config_error(visible(options.resume_from) + ": the checkpoint is of a run with sync.codec = \"" + codec +
+                           "\", this config has sync.codec = \"" + wanted_codec +
+                           "\": the logical workers' error-feedback residuals are the codec's (a run keeps its codec "
+                           "from start to end)");
+    }
+    loaded_checkpoint ckpt = read_checkpoint(options.resume_from, plan.layout, plan.rounds ? &plan.inner_layout : nullptr,
+                                             config.sync.codec != sync_codec::fp32);
     const trainer_record& r = ckpt.record;
     const std::string where = ckpt.directory.string() + ": ";
     if (plan.rounds) resume_workers(config, ckpt, plan);
@@ -166,6 +178,7 @@ void plan_rounds(const job_config& config, const run_options& options, int repli
 void finish_round_plan(const job_config& config, launch_plan& plan) {
   auto rounds = std::make_shared<round_setup>(*plan.rounds);
   rounds->worker_batch = plan.shape.worker_batch();
+  rounds->codec = config.sync.codec;
   plan.schedule = lr_schedule{};
   plan.schedule.kind = schedule_kind::constant;
   plan.schedule.base_lr = plan.outer_optimizer.lr;
@@ -185,8 +198,9 @@ void finish_round_plan(const job_config& config, launch_plan& plan) {
   } else {
     std::vector<float> first(inner.total_size(), 0.0f);
     write_step_counter(first, inner, 0);
-    rounds->store = std::make_shared<logical_worker_store>(
-        workers, std::vector<float>(first.begin() + static_cast<std::ptrdiff_t>(inner.parameter_size), first.end()));
+    std::vector<float> state(first.begin() + static_cast<std::ptrdiff_t>(inner.parameter_size), first.end());
+    if (rounds->residual()) state.resize(state.size() + inner.parameter_size, 0.0f);  // nothing dropped yet
+    rounds->store = std::make_shared<logical_worker_store>(workers, std::move(state));
   }
   plan.rounds = std::move(rounds);
 }
@@ -456,7 +470,10 @@ std::shared_ptr<const checkpoint_writer_setup> make_writer_setup(const job_confi
   setup->data_fingerprint = plan.data_fingerprint;
   setup->config_toml = dump_job_config(config);
   setup->keep = config.train.keep_checkpoints;
-  if (plan.rounds) setup->inner = plan.inner_layout;
+  if (plan.rounds) {
+    setup->inner = plan.inner_layout;
+    setup->residual = plan.rounds->residual();
+  }
   return setup;
 }
 

@@ -1,7 +1,9 @@
 #include "comms/collective.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
+#include <vector>
 
 #include "comms/summation_tree.hpp"
 
@@ -45,6 +47,18 @@ void collective::reduce_scatter_tree(std::size_t slices, std::span<const tree_pa
   }
   const auto [begin, end] = chunk(out.size(), rank());
   plan.run(data.data(), begin, end, out.data());
+}
+
+void collective::all_reduce_sum_int8(std::span<std::int8_t> data, const collective_options& options) {
+  if (size() == 1) return;
+  std::vector<float> wide(data.begin(), data.end());
+  all_reduce_sum(wide, options);
+  for (std::size_t i = 0; i < data.size(); ++i) {
+    if (!(std::fabs(wide[i]) <= 127.0f))
+      throw collective_error(collective_errc::mismatch, "all_reduce_sum_int8: the sum at index " + std::to_string(i) +
+                                                            " does not fit in int8");
+    data[i] = static_cast<std::int8_t>(wide[i]);
+  }
 }
 
 }  // namespace dpactor

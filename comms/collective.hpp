@@ -109,6 +109,17 @@ class collective {
                                    const collective_options& options);
   virtual void barrier(const collective_options& options) = 0;
 
+  // The int8 codec's exchange (See Note [Int8 pseudo-gradients],
+  // train/int8_codec.hpp): every rank passes int8 values of the same length
+  // whose sum over the ranks, and every partial sum, fits in int8 (the
+  // codec's scale guarantees it); on return each rank holds the element-wise
+  // sum. Integer addition is exact, so the bytes do not depend on the order
+  // or the number of ranks. The default widens to floats (exact for these
+  // values), all-reduces them and narrows: four bytes a value on the wire.
+  // Backends that move one byte a value say so in moves_int8().
+  virtual void all_reduce_sum_int8(std::span<std::int8_t> data, const collective_options& options);
+  virtual bool moves_int8() const noexcept { return false; }
+
   // Whether the members of a step should gather the reduced gradients and
   // each update the whole state, rather than update their own chunk and
   // gather the state (parameters and every optimizer slot): true where moving

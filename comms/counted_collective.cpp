@@ -13,20 +13,26 @@ void bytes_counter::add(std::uint64_t bytes, bool exchange) noexcept {
 counted_collective::counted_collective(std::unique_ptr<collective> inner, bytes_counter& counter)
     : inner_(std::move(inner)), counter_(counter) {}
 
-std::uint64_t counted_collective::scatter_bytes(std::size_t floats) const noexcept {
+std::uint64_t counted_collective::scatter_bytes(std::size_t floats, std::uint64_t width) const noexcept {
   const auto [begin, end] = inner_->chunk(floats, inner_->rank());
-  return 4u * static_cast<std::uint64_t>(floats - (end - begin));
+  return width * static_cast<std::uint64_t>(floats - (end - begin));
 }
 
-std::uint64_t counted_collective::gather_bytes(std::size_t floats) const noexcept {
+std::uint64_t counted_collective::gather_bytes(std::size_t floats, std::uint64_t width) const noexcept {
   const auto [begin, end] = inner_->chunk(floats, inner_->rank());
-  return 4u * static_cast<std::uint64_t>(end - begin) * static_cast<std::uint64_t>(inner_->size() - 1);
+  return width * static_cast<std::uint64_t>(end - begin) * static_cast<std::uint64_t>(inner_->size() - 1);
 }
 
 // The calls count once they return: a call that failed sent an unknown part.
 void counted_collective::all_reduce_sum(std::span<float> data, const collective_options& options) {
   inner_->all_reduce_sum(data, options);
   counter_.add(scatter_bytes(data.size()) + gather_bytes(data.size()));
+}
+
+void counted_collective::all_reduce_sum_int8(std::span<std::int8_t> data, const collective_options& options) {
+  inner_->all_reduce_sum_int8(data, options);
+  const std::uint64_t width = inner_->moves_int8() ? 1 : 4;
+  counter_.add(scatter_bytes(data.size(), width) + gather_bytes(data.size(), width));
 }
 
 void counted_collective::reduce_scatter_sum(std::span<float> data, const collective_options& options) {

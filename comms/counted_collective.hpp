@@ -9,7 +9,9 @@
 // rank's chunk of each buffer to each of the m - 1 others; all_reduce_sum is
 // both; broadcast sends the buffer to each of the m - 1 others from the root;
 // reduce_scatter_tree sends, of each tree node this rank holds, the chunks
-// the others own. A rank alone sends nothing. Four bytes a float; the
+// the others own; all_reduce_sum_int8 is all_reduce_sum's volumes at one
+// byte a value (four where the backend widens them to floats). A rank alone
+// sends nothing. Four bytes a float; the
 // rendezvous and CAF's control messages are not counted. The device's
 // counter lives in its device_control, so it adds up across generations, and
 // the reducer reports the sum over devices (step events, the summary,
@@ -49,13 +51,17 @@ class counted_collective final : public collective {
   void reduce_scatter_tree(std::size_t slices, std::span<const tree_part> parts, std::span<float> out,
                            const collective_options& options) override;
   void barrier(const collective_options& options) override { inner_->barrier(options); }
+  // One byte a value where the backend moves int8, else four (it widens).
+  void all_reduce_sum_int8(std::span<std::int8_t> data, const collective_options& options) override;
+  bool moves_int8() const noexcept override { return inner_->moves_int8(); }
   bool gathers_gradients() const noexcept override { return inner_->gathers_gradients(); }
   bool overlaps_compute() const noexcept override { return inner_->overlaps_compute(); }
   void start_reduce_scatter(std::span<float> data, void* after) override;
 
-  // The bytes of each kind of call, by Note [Bytes sent].
-  std::uint64_t scatter_bytes(std::size_t floats) const noexcept;
-  std::uint64_t gather_bytes(std::size_t floats) const noexcept;
+  // The bytes of each kind of call, by Note [Bytes sent], for values of
+  // `width` bytes.
+  std::uint64_t scatter_bytes(std::size_t floats, std::uint64_t width = 4) const noexcept;
+  std::uint64_t gather_bytes(std::size_t floats, std::uint64_t width = 4) const noexcept;
 
  private:
   std::unique_ptr<collective> inner_;

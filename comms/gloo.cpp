@@ -76,6 +76,16 @@ class gloo_endpoint final : public collective {
     call(op::barrier, 0, 0, {}, options, [](clock_type::time_point) {});
   }
 
+  // As all_reduce_sum, one byte a value: chunk c of every rank's buffer goes
+  // to rank c, which sums it and sends the sum back to every rank.
+  void all_reduce_sum_int8(std::span<std::int8_t> data, const collective_options& options) override {
+    call(op::all_reduce_int8, data.size(), 0, {}, options, [&](clock_type::time_point deadline) {
+      scatter_int8(data, deadline);
+      gather_int8(data, deadline);
+    });
+  }
+  bool moves_int8() const noexcept override { return true; }
+
   // See Note [Summation tree] and Note [Gloo sums like the local backend].
   void reduce_scatter_tree(std::size_t slices, std::span<const tree_part> parts, std::span<float> out,
                            const collective_options& options) override {
@@ -260,15 +270,17 @@ class gloo_endpoint final : public collective {
   };
   // A receive into, or a send of, `floats` at `data` with `peer`.
   void post(std::vector<posted>& ops, float* data, std::size_t floats, int peer, slot s, bool send) {
-    if (floats == 0) return;
+    post_bytes(ops, reinterpret_cast<std::byte*>(data), floats * sizeof(float), peer, s, send);
+  }
+  void post_bytes(std::vector<posted>& ops, std::byte* data, std::size_t bytes, int peer, slot s, bool send) {
+    if (bytes == 0) return;
     if (shares_memory(peer)) {
-      connection_.shared_memory()->post(reinterpret_cast<std::byte*>(data), floats * sizeof(float), peer, send);
+      connection_.shared_memory()->post(data, bytes, peer, send);
       return;
     }
-    ops.push_back({connection_.buffer(data, floats * sizeof(float)), peer,
-                   send ? wait_alarm::kind::send : wait_alarm::kind::recv});
-    if (send) ops.back().handle->send(peer, s, 0, floats * sizeof(float));
-    else ops.back().handle->recv(peer, s, 0, floats * sizeof(float));
+    ops.push_back({connection_.buffer(data, bytes), peer, send ? wait_alarm::kind::send : wait_alarm::kind::recv});
+    if (send) ops.back().handle->send(peer, s, 0, bytes);
+    else ops.back().handle->recv(peer, s, 0, bytes);
   }
   void post_recv(std::vector<posted>& ops, float* data, std::size_t floats, int peer, slot s) {
     post(ops, data, floats, peer, s, false);
@@ -316,6 +328,40 @@ class gloo_endpoint final : public collective {
         post_recv(ops_, b.data() + pb, pe - pb, peer, gather_slot);
         post_send(ops_, b.data() + begin, end - begin, peer, gather_slot);
       }
+    }
+    finish(ops_, deadline);
+  }
+
+  // all_reduce_sum_int8's halves: scatter() and gather() on bytes.
+  void scatter_int8(std::span<std::int8_t> data, clock_type::time_point deadline) {
+    const int n = group_->size;
+    const auto [begin, end] = chunk(data.size(), rank_);
+    const std::size_t len = end - begin;
+    staging_int8_.resize(static_cast<std::size_t>(n) * len);
+    auto* bytes = reinterpret_cast<std::byte*>(data.data());
+    for (int peer = 0; peer < n; ++peer) {
+      if (peer == rank_) continue;
+      post_bytes(ops_, reinterpret_cast<std::byte*>(staging_int8_.data()) + static_cast<std::size_t>(peer) * len, len,
+                 peer, scatter_slot, false);
+      const auto [pb, pe] = chunk(data.size(), peer);
+      post_bytes(ops_, bytes + pb, pe - pb, peer, scatter_slot, true);
+    }
+    finish(ops_, deadline);
+    int8_parts_.clear();
+    for (int k = 0; k < n; ++k)
+      int8_parts_.push_back(k == rank_ ? data.data() + begin : staging_int8_.data() + static_cast<std::size_t>(k) * len);
+    std::int8_t* const sum[] = {data.data() + begin};
+    sum_int8(int8_parts_, len, sum);
+  }
+  void gather_int8(std::span<std::int8_t> data, clock_type::time_point deadline) {
+    const int n = group_->size;
+    auto* bytes = reinterpret_cast<std::byte*>(data.data());
+    const auto [begin, end] = chunk(data.size(), rank_);
+    for (int peer = 0; peer < n; ++peer) {
+      if (peer == rank_) continue;
+      const auto [pb, pe] = chunk(data.size(), peer);
+      post_bytes(ops_, bytes + pb, pe - pb, peer, gather_slot, false);
+      post_bytes(ops_, bytes + begin, end - begin, peer, gather_slot, true);
     }
     finish(ops_, deadline);
   }
@@ -408,6 +454,8 @@ class gloo_endpoint final : public collective {
   std::vector<std::uint64_t> extras_;
   std::vector<float> staging_;
   std::vector<const float*> parts_;
+  std::vector<std::int8_t> staging_int8_;  // all_reduce_sum_int8's
+  std::vector<const std::int8_t*> int8_parts_;
   std::vector<posted> ops_;  // the call's payload operations
   std::vector<std::size_t> header_transfer_;  // per peer, its header's shared-memory transfer (or all)
   tree_plan plan_;

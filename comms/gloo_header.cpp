@@ -12,6 +12,7 @@ const char* op_name(std::uint64_t o) {
     case op::broadcast: return "broadcast";
     case op::barrier: return "barrier";
     case op::reduce_scatter_tree: return "reduce_scatter_tree";
+    case op::all_reduce_int8: return "all_reduce_int8";
   }
   return "unknown operation";
 }
@@ -41,7 +42,8 @@ std::string mismatch(const std::uint64_t* mine, const std::uint64_t* theirs, int
 
 std::string describe(const std::uint64_t* h) {
   if (h[0] != magic) return "something that is not a dpactor collective";
-  std::string s = std::string(op_name(h[1])) + " with " + std::to_string(h[2]) + " floats (root " + std::to_string(h[3]) + ")";
+  const char* unit = h[1] == static_cast<std::uint64_t>(op::all_reduce_int8) ? " int8 values" : " floats";
+  std::string s = std::string(op_name(h[1])) + " with " + std::to_string(h[2]) + unit + " (root " + std::to_string(h[3]) + ")";
   if (h[1] == static_cast<std::uint64_t>(op::all_gather)) {
     s += ", buffer sizes";
     for (std::uint64_t i = 0; i < std::min<std::uint64_t>(extra_count(h), max_extras); ++i) {

@@ -16,7 +16,15 @@
 
 namespace dpactor::gloo_header {
 
-enum class op : std::uint64_t { all_reduce = 1, reduce_scatter, all_gather, broadcast, barrier, reduce_scatter_tree };
+enum class op : std::uint64_t {
+  all_reduce = 1,
+  reduce_scatter,
+  all_gather,
+  broadcast,
+  barrier,
+  reduce_scatter_tree,
+  all_reduce_int8,
+};
 
 // "all_reduce", ..., or "unknown operation".
 const char* op_name(std::uint64_t o);

@@ -165,6 +165,24 @@ class local_endpoint final : public collective {
     open(spin_barrier::clock::now() + options.timeout, "barrier", options);
   }
 
+  // As all_reduce_sum, one byte a value. Its "root" is -1, which no other
+  // call posts: a rank in all_reduce_sum of as many floats is a mismatch.
+  void all_reduce_sum_int8(std::span<std::int8_t> data, const collective_options& options) override {
+    if (alone()) return;
+    exchange("all_reduce_int8", reinterpret_cast<float*>(data.data()), data.size(), -1, options, [&] {
+      const auto [begin, end] = chunk(data.size(), rank_);
+      bytes_in_.clear();
+      bytes_out_.clear();
+      for (float* b : state_->buffers) {
+        bytes_in_.push_back(reinterpret_cast<const std::int8_t*>(b) + begin);
+        bytes_out_.push_back(reinterpret_cast<std::int8_t*>(b) + begin);
+      }
+      sum_int8(bytes_in_, end - begin, bytes_out_);
+      return std::string();
+    });
+  }
+  bool moves_int8() const noexcept override { return true; }
+
  private:
   // A group of one has nothing to exchange, but an aborted one still fails.
   bool alone() const {
@@ -259,6 +277,8 @@ class local_endpoint final : public collective {
   // The chunk pointers of all_reduce_sum and reduce_scatter_sum.
   std::vector<const float*> parts_;
   std::vector<float*> outs_;
+  std::vector<const std::int8_t*> bytes_in_;  // all_reduce_sum_int8's
+  std::vector<std::int8_t*> bytes_out_;
 };
 
 class local_group final : public collective_group {

@@ -38,4 +38,18 @@ DPACTOR_MULTIVERSION void sum_in_rank_order(std::span<const float* const> parts,
   }
 }
 
+DPACTOR_MULTIVERSION void sum_int8(std::span<const std::int8_t* const> parts, std::size_t len,
+                                   std::span<std::int8_t* const> outs) noexcept {
+  std::array<std::int8_t, 4 * reduce_block> acc;
+  for (std::size_t b = 0; b < len; b += acc.size()) {
+    const std::size_t n = std::min(acc.size(), len - b);
+    std::memcpy(acc.data(), parts[0] + b, n);
+    for (std::size_t k = 1; k < parts.size(); ++k) {
+      const std::int8_t* src = parts[k] + b;
+      for (std::size_t i = 0; i < n; ++i) acc[i] = static_cast<std::int8_t>(acc[i] + src[i]);
+    }
+    for (std::int8_t* out : outs) std::memcpy(out + b, acc.data(), n);
+  }
+}
+
 }  // namespace dpactor

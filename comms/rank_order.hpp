@@ -7,6 +7,7 @@
 // mode's bytes do not depend on whether the ranks are threads or processes.
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <utility>
 
@@ -20,5 +21,9 @@ std::pair<std::size_t, std::size_t> rank_chunk(std::size_t size, int ranks, int 
 // sum[i] = parts[0][i] + parts[1][i] + ... (in that order, one float at a time)
 // for i in [0, len), written to every pointer in `outs` (an out may be a part).
 void sum_in_rank_order(std::span<const float* const> parts, std::size_t len, std::span<float* const> outs) noexcept;
+
+// The same over int8 values whose every partial sum fits in int8 (See
+// collective::all_reduce_sum_int8): exact, so the order is only habit.
+void sum_int8(std::span<const std::int8_t* const> parts, std::size_t len, std::span<std::int8_t* const> outs) noexcept;
 
 }  // namespace dpactor

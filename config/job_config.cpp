@@ -13,6 +13,15 @@ std::string sync_mode_name(sync_mode m) {
   return "?";
 }
 
+std::string sync_codec_name(sync_codec c) {
+  switch (c) {
+    case sync_codec::fp32: return "fp32";
+    case sync_codec::bf16: return "bf16";
+    case sync_codec::int8: return "int8";
+  }
+  return "?";
+}
+
 namespace {
 
 // The [sync] section against the rest of the job (docs/async.md).
@@ -46,11 +55,11 @@ void validate_sync(const job_config& c, const std::string& where) {
                        "which commit the survivors of a failure, are not built yet)");
   const auto not_yet = [&](const std::string& key) {
     throw config_error(where + key + " is not built yet in this version: " + mode +
-                       " exchanges every parameter in fp32 at the end of each round (docs/async.md)");
+                       " exchanges every parameter at the end of each round, in fp32 or int8 (docs/async.md)");
   };
   if (s.fragments > 1) not_yet("sync.fragments = " + std::to_string(s.fragments));
   if (s.delay > 0) not_yet("sync.delay = 1");
-  if (s.codec != sync_codec::fp32) not_yet(std::string("sync.codec = \"") + (s.codec == sync_codec::bf16 ? "bf16" : "int8") + "\"");
+  if (s.codec == sync_codec::bf16) not_yet("sync.codec = \"bf16\"");
 }
 
 }  // namespace

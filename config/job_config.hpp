@@ -24,6 +24,8 @@ bool cuts_enabled(const job_config& config) noexcept;
 
 // sync.mode as the config file spells it ("every_step", "local_sgd", "diloco").
 std::string sync_mode_name(sync_mode mode);
+// sync.codec as the config file spells it ("fp32", "bf16", "int8").
+std::string sync_codec_name(sync_codec codec);
 
 // Checks relations between keys (e.g. nesterov needs momentum); throws config_error.
 void validate_job_config(const job_config& config);

@@ -330,8 +330,10 @@ const std::vector<key_spec>& keys() {
               "1: the exchange of round r runs during round r+1's inner steps and is applied one round late.", 1);
     b.choice<sync_codec>("codec", [](job_config& c) -> sync_codec& { return c.sync.codec; },
                          {{"fp32", sync_codec::fp32}, {"bf16", sync_codec::bf16}, {"int8", sync_codec::int8}},
-                         "What the pseudo-gradients travel as; with bf16 and int8 each worker keeps what the codec "
-                         "dropped and adds it to its next pseudo-gradient (error feedback).");
+                         "What the pseudo-gradients travel as: int8 sends one byte a value (a quarter of fp32's), "
+                         "with scales every member agrees on so that the sum is exact and the same bytes on any "
+                         "number of devices; each worker keeps what the codec dropped and adds it to its next "
+                         "pseudo-gradient (error feedback). bf16 is not built yet.");
     b.integer("workers", [](job_config& c) -> std::int64_t& { return c.sync.workers; }, 0,
               "K logical workers (the unit of the round algorithm: inner model, inner optimizer state and share "
               "of each round's data). 0: one per device at the start. Devices run them, several one after the "

@@ -136,6 +136,7 @@ ON_EVERY_BACKEND(Barrier);
 ON_EVERY_BACKEND(Mismatch);
 ON_EVERY_BACKEND(Abort);
 ON_EVERY_BACKEND(Timeout);
+ON_EVERY_BACKEND(AllReduceInt8);
 
 TEST_P(InexactSums, AreBitwiseIdenticalOnEveryRankAndTheRankOrderSum) {
   REQUIRE_RANKS(1);
@@ -338,6 +339,53 @@ TEST_P(Barrier, HoldsUntilEveryRankArrives) {
     c.barrier({});
     EXPECT_TRUE(last_arrived) << "rank " << r << " passed the barrier before rank 2 arrived";
   });
+}
+
+// The int8 codec's exchange (Note [Int8 pseudo-gradients]): values whose
+// partial sums stay within int8, any sign; every rank ends with the exact sum,
+// and a rank in a float all-reduce of as many values is a mismatch.
+TEST_P(AllReduceInt8, SumsExactlyOnEveryRankWhateverTheRanks) {
+  for (int ranks = 1; ranks <= ranks_up_to(5); ++ranks)
+    for (const std::size_t size : {std::size_t{1}, std::size_t{13}, std::size_t{4099}}) {
+      std::vector<std::vector<std::int8_t>> in(static_cast<std::size_t>(ranks), std::vector<std::int8_t>(size));
+      std::vector<int> want(size, 0);
+      for (int r = 0; r < ranks; ++r)
+        for (std::size_t i = 0; i < size; ++i) {
+          // |value| <= 127 / ranks: every partial sum fits.
+          const int limit = 127 / ranks;
+          const int v = static_cast<int>((i * 37 + static_cast<std::size_t>(r) * 11) % static_cast<std::size_t>(2 * limit + 1)) - limit;
+          in[static_cast<std::size_t>(r)][i] = static_cast<std::int8_t>(v);
+          want[i] += v;
+        }
+      run_ranks(backend().make(ranks), [&](int r, collective& c) {
+        c.all_reduce_sum_int8(in[static_cast<std::size_t>(r)], collective_options{20s});
+      });
+      for (int r = 0; r < ranks; ++r)
+        for (std::size_t i = 0; i < size; ++i)
+          if (in[static_cast<std::size_t>(r)][i] != want[i])
+            FAIL() << backend().name << ", " << ranks << " ranks, " << size << " values, rank " << r
+                   << ": first bad index " << i << ": got " << int{in[static_cast<std::size_t>(r)][i]} << ", want "
+                   << want[i];
+    }
+}
+
+TEST_P(AllReduceInt8, ARankInAFloatAllReduceIsAMismatch) {
+  if (!backend().detects_mismatch) GTEST_SKIP() << backend().name << " cannot tell ranks called with different calls";
+  if (backend().name != "local" && backend().name.rfind("gloo", 0) != 0)
+    GTEST_SKIP() << backend().name << " widens int8 to a float all-reduce";
+  REQUIRE_RANKS(2);
+  std::vector<int> failed(2, 0);
+  run_ranks(backend().make(2), [&](int r, collective& c) {
+    std::vector<float> f(16, 1.0f);
+    std::vector<std::int8_t> q(16, 1);
+    try {
+      if (r == 0) c.all_reduce_sum(f, collective_options{10s});
+      else c.all_reduce_sum_int8(q, collective_options{10s});
+    } catch (const collective_error&) {
+      failed[static_cast<std::size_t>(r)] = 1;
+    }
+  });
+  EXPECT_EQ(failed, (std::vector<int>{1, 1}));
 }
 
 TEST_P(Mismatch, DifferentSizesFailOnEveryRankBeforeAnyPayload) {

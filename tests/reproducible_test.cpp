@@ -8,9 +8,10 @@
 // slices a step) and with slices of 16 (eight a step, so that stealing and
 // uneven trees happen), and on the libtorch replica with the CNN of
 // configs/cnn.cfg (slices of 16, four a step); and in the round modes
-// (local_sgd and diloco, 4 logical workers: 300 rounds of H = 2), whose
-// checkpoints also hold the workers' inner states (workers.safetensors,
-// compared through the resumed runs' final bytes).
+// (local_sgd with the int8 codec, diloco in fp32; 4 logical workers: 300
+// rounds of H = 2), whose checkpoints also hold the workers' inner states and
+// residuals (workers.safetensors, compared through the resumed runs' final
+// bytes).
 
 #include <gtest/gtest.h>
 
@@ -33,6 +34,7 @@ struct job_case {
   std::string config;
   int micro_batch = 64;
   std::string mode = "every_step";  // sync.mode: the round modes run 300 rounds of 4 logical workers, H = 2
+  std::string codec = "fp32";       // sync.codec of the round modes
 };
 
 class SameBytes : public ::testing::TestWithParam<job_case> {
@@ -50,7 +52,7 @@ class SameBytes : public ::testing::TestWithParam<job_case> {
                                "train.eval_every=0"};
     if (rounds())
       a.insert(a.end(), {"--set", "sync.mode=\"" + GetParam().mode + "\"", "--set", "sync.workers=4", "--set",
-                         "sync.every=2"});
+                         "sync.every=2", "--set", "sync.codec=\"" + GetParam().codec + "\""});
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   }
@@ -145,9 +147,10 @@ TEST_P(SameBytes, ARunStoppedBySigintAtARandomStepAndResumed) {
 // The CNN's steps are 64 samples: slices of 16 give four to share.
 INSTANTIATE_TEST_SUITE_P(Slices, SameBytes,
                          ::testing::Values(job_case{"mlp", 64}, job_case{"mlp", 16}, job_case{"cnn", 16},
-                                           job_case{"mlp", 64, "local_sgd"}, job_case{"mlp", 64, "diloco"}),
+                                           job_case{"mlp", 64, "local_sgd", "int8"}, job_case{"mlp", 64, "diloco"}),
                          [](const auto& info) {
-                           if (info.param.mode != "every_step") return info.param.config + "_" + info.param.mode;
+                           if (info.param.mode != "every_step")
+                             return info.param.config + "_" + info.param.mode + "_" + info.param.codec;
                            return info.param.config + "_micro_batch_" + std::to_string(info.param.micro_batch);
                          });
 

@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include <dpactor/engine.hpp>
@@ -76,7 +78,47 @@ struct reference_run {
   std::vector<float> global, outer_slot;
 };
 
+// Note [Int8 pseudo-gradients], written out: the workers' values with
+// their residuals, quantized with the scales of all of them, summed as
+// integers, decoded; the residuals keep what was dropped.
+std::vector<float> int8_exchange(std::vector<std::vector<float>>& values, std::vector<std::vector<float>>& residuals) {
+  const std::size_t K = values.size(), n = values[0].size(), block = 4096;
+  std::vector<float> sum(n, 0.0f);
+  for (std::size_t begin = 0; begin < n; begin += block) {
+    const std::size_t end = std::min(n, begin + block);
+    std::vector<float> m(K, 0.0f);
+    for (std::size_t k = 0; k < K; ++k)
+      for (std::size_t i = begin; i < end; ++i) {
+        values[k][i] += residuals[k][i];
+        m[k] = std::max(m[k], std::fabs(values[k][i]));
+      }
+    float total = 0.0f;
+    for (std::size_t k = 0; k < K; ++k) total += m[k];
+    const float scale = total / 127.0f;
+    std::vector<int> limit(K, 0);
+    int limits = 0;
+    for (std::size_t k = 0; k < K && total > 0.0f; ++k)
+      limits += limit[k] = static_cast<int>(std::floor(127.0 * static_cast<double>(m[k]) / static_cast<double>(total)));
+    for (std::size_t k = K; limits > 127 && k-- > 0;)
+      for (; limits > 127 && limit[k] > 0; --limits) --limit[k];
+    for (std::size_t i = begin; i < end; ++i) {
+      int q_sum = 0;
+      for (std::size_t k = 0; k < K; ++k) {
+        const float q = total > 0.0f ? std::clamp(std::nearbyint(values[k][i] / scale), static_cast<float>(-limit[k]),
+                                                  static_cast<float>(limit[k]))
+                                     : 0.0f;
+        residuals[k][i] = values[k][i] - scale * q;
+        q_sum += static_cast<int>(q);
+      }
+      EXPECT_LE(std::abs(q_sum), 127);
+      sum[i] = scale * static_cast<float>(q_sum);
+    }
+  }
+  return sum;
+}
+
 reference_run reference_rounds(const job_config& c, int rounds, double outer_lr, double outer_momentum, bool nesterov) {
+  const bool int8 = c.sync.codec == sync_codec::int8;
   set_blas_threads(1);
   const train_test_data data = load_data(c.data, c.model.inputs(), c.model.outputs());
   const auto K = static_cast<std::size_t>(c.sync.workers), H = static_cast<std::size_t>(c.sync.every);
@@ -87,6 +129,7 @@ reference_run reference_rounds(const job_config& c, int rounds, double outer_lr,
   init_mlp_parameters(c.model, run.global, static_cast<std::uint64_t>(c.train.seed));
   std::vector<std::vector<float>> inner_slot(K, std::vector<float>(n, 0.0f));
   std::vector<std::int64_t> inner_steps(K, 0);
+  std::vector<std::vector<float>> residuals(K, std::vector<float>(n, 0.0f));
   const auto order = epoch_order(data.train->rows, static_cast<std::uint64_t>(c.train.seed), 0, c.train.shuffle);
   optimizer_config outer;
   outer.kind = optimizer_kind::sgd;
@@ -117,9 +160,11 @@ reference_run reference_rounds(const job_config& c, int rounds, double outer_lr,
       const auto samples = static_cast<float>(H * b);
       for (std::size_t i = 0; i < n; ++i) pseudo[k][i] = samples * (run.global[i] - w[i]);
     }
-    // The summation tree over 4 workers: (0 + 1) + (2 + 3).
+    // The summation tree over 4 workers: (0 + 1) + (2 + 3); or the codec's.
     std::vector<float> sum(n);
-    for (std::size_t i = 0; i < n; ++i) sum[i] = (pseudo[0][i] + pseudo[1][i]) + (pseudo[2][i] + pseudo[3][i]);
+    if (int8) sum = int8_exchange(pseudo, residuals);
+    else
+      for (std::size_t i = 0; i < n; ++i) sum[i] = (pseudo[0][i] + pseudo[1][i]) + (pseudo[2][i] + pseudo[3][i]);
     const std::span<float> slots[1] = {run.outer_slot};
     optimizer_step(outer, run.global, sum, slots, static_cast<float>(1.0 / static_cast<double>(H * B)), outer_lr, r);
   }
@@ -143,8 +188,10 @@ std::vector<float> optimizer_values(const std::filesystem::path& checkpoint) {
   return values;
 }
 
-job_config round_job(std::int64_t devices, sync_mode mode, const std::filesystem::path& dir) {
+job_config round_job(std::int64_t devices, sync_mode mode, const std::filesystem::path& dir,
+                     sync_codec codec = sync_codec::fp32) {
   job_config c = testing::small_job(devices, 64, 1024);
+  c.sync.codec = codec;
   c.schedule.kind = schedule_kind::step;  // the inner rate falls every inner step: a position off by one shows
   c.schedule.step_size = 1;
   c.schedule.gamma = 0.9;
@@ -156,17 +203,23 @@ job_config round_job(std::int64_t devices, sync_mode mode, const std::filesystem
   return c;
 }
 
-class ReferenceRounds : public ::testing::TestWithParam<sync_mode> {};
+struct reference_case {
+  sync_mode mode;
+  sync_codec codec = sync_codec::fp32;
+};
+
+class ReferenceRounds : public ::testing::TestWithParam<reference_case> {};
 
 TEST_P(ReferenceRounds, TheEngineMatchesAPlainLoopBitwiseForThreeRoundsOnOneAndTwoDevices) {
-  const sync_mode mode = GetParam();
+  const sync_mode mode = GetParam().mode;
+  const sync_codec codec = GetParam().codec;
   const bool diloco = mode == sync_mode::diloco;
   testing::scratch_dir dir;
-  const job_config shape = round_job(1, mode, dir / "shape");
+  const job_config shape = round_job(1, mode, dir / "shape", codec);
   const reference_run expected = diloco ? reference_rounds(shape, 3, 0.7, 0.9, true) : reference_rounds(shape, 3, 1.0, 0.0, false);
   for (const std::int64_t devices : {1, 2}) {
     SCOPED_TRACE(std::to_string(devices) + " device(s)");
-    const job_config c = round_job(devices, mode, dir / ("d" + std::to_string(devices)));
+    const job_config c = round_job(devices, mode, dir / ("d" + std::to_string(devices)), codec);
     Engine engine(c);
     engine.start();
     const run_summary s = engine.wait();
@@ -176,13 +229,23 @@ TEST_P(ReferenceRounds, TheEngineMatchesAPlainLoopBitwiseForThreeRoundsOnOneAndT
       EXPECT_EQ(optimizer_values(s.checkpoint), by_tensor(c, expected.outer_slot));
     }
   }
+  if (codec == sync_codec::int8) {  // the comparison can tell the codec from fp32
+    job_config fp32 = shape;
+    fp32.sync.codec = sync_codec::fp32;
+    EXPECT_NE(by_tensor(shape, reference_rounds(fp32, 3, 0.7, 0.9, true).global), by_tensor(shape, expected.global));
+  }
   // The comparison can tell a different outer step.
   const reference_run other = diloco ? reference_rounds(shape, 3, 0.7, 0.0, false) : reference_rounds(shape, 3, 0.9, 0.0, false);
   EXPECT_NE(by_tensor(shape, other.global), by_tensor(shape, expected.global));
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, ReferenceRounds, ::testing::Values(sync_mode::local_sgd, sync_mode::diloco),
-                         [](const auto& info) { return info.param == sync_mode::diloco ? "diloco" : "local_sgd"; });
+INSTANTIATE_TEST_SUITE_P(Modes, ReferenceRounds,
+                         ::testing::Values(reference_case{sync_mode::local_sgd}, reference_case{sync_mode::diloco},
+                                           reference_case{sync_mode::diloco, sync_codec::int8}),
+                         [](const auto& info) {
+                           return std::string(info.param.mode == sync_mode::diloco ? "diloco" : "local_sgd") +
+                                  (info.param.codec == sync_codec::int8 ? "_int8" : "");
+                         });
 
 
 // The config_error that the default job with `sets` gives, before training.
@@ -209,7 +272,10 @@ TEST(RoundsConfig, BadInputIsRefusedNamingTheKeyAndTheValue) {
   EXPECT_NE(gpus.find("CPU replicas only"), std::string::npos) << gpus;
   const std::string fast = sync_error({"sync.mode=\"local_sgd\"", "train.reproducible=false"});
   EXPECT_NE(fast.find("train.reproducible"), std::string::npos) << fast;
+  const std::string bf16 = sync_error({"sync.mode=\"diloco\"", "sync.codec=\"bf16\""});
+  EXPECT_NE(bf16.find("sync.codec = \"bf16\" is not built yet"), std::string::npos) << bf16;
   EXPECT_EQ(sync_error({"sync.mode=\"diloco\"", "sync.workers=4", "sync.every=64"}), testing::no_error);
+  EXPECT_EQ(sync_error({"sync.mode=\"diloco\"", "sync.codec=\"int8\""}), testing::no_error);
 }
 
 TEST(RoundsConfig, ATorchModelIsRefusedBeforeTraining) {
@@ -276,6 +342,14 @@ TEST(RoundsResume, AResumeFromAMidEpochCheckpointOnOneDeviceEndsWithTheBytesOfTh
     e.start();
   });
   EXPECT_NE(message.find("the checkpoint has 4 logical workers, this config has sync.workers = 2"), std::string::npos)
+      << message;
+  other.sync.workers = 4;
+  other.sync.codec = sync_codec::int8;
+  message = testing::error_of<config_error>([&] {
+    Engine e(other, testing::resume_from(dir / "first" / "step-00000003"));
+    e.start();
+  });
+  EXPECT_NE(message.find("sync.codec = \"fp32\", this config has sync.codec = \"int8\""), std::string::npos)
       << message;
 }
 

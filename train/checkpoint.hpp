@@ -4,7 +4,8 @@
 //   DIR/step-00000470/optimizer.safetensors  slots "<param>.<slot>", step in metadata
 //   DIR/step-00000470/trainer.json           step, epoch, ledger position, seed, config
 //   DIR/step-00000470/workers.safetensors    round modes: each logical worker's inner optimizer
-//                                            state "worker.<k>.<param>.<slot>", steps in metadata
+//                                            state "worker.<k>.<param>.<slot>", steps in metadata,
+//                                            and with a codec its residual "worker.<k>.residual.<param>"
 //   DIR/latest                               the name of the newest one
 // Each is written under a temporary name, flushed, then renamed, so a reader
 // never sees a partial checkpoint.
@@ -40,11 +41,16 @@ struct trainer_record {
 // inner optimizer state as an inner replica lays it out from the end of its
 // parameter section on (its slots, then the tail with its step counter),
 // worker after worker.
+// With a codec's residual (See Note [Int8 pseudo-gradients]) each worker's
+// floats end with it, one a parameter.
 struct worker_states {
   const state_layout* inner = nullptr;  // null: none (sync.mode = "every_step")
-  std::span<const float> states;        // workers x worker_floats(*inner)
+  std::span<const float> states;        // workers x worker_floats(*inner, residual)
+  bool residual = false;
 };
-inline std::size_t worker_floats(const state_layout& inner) noexcept { return inner.total_size() - inner.parameter_size; }
+inline std::size_t worker_floats(const state_layout& inner, bool residual = false) noexcept {
+  return inner.total_size() - inner.parameter_size + (residual ? inner.parameter_size : 0);
+}
 
 // Writes a checkpoint of `state` (laid out by `layout`) under `root` and
 // points DIR/latest at it. Returns the checkpoint's directory. Throws
@@ -86,9 +92,9 @@ struct loaded_checkpoint {
 trainer_record read_trainer_record(const std::filesystem::path& path);
 
 // With `inner` (the round modes), also the logical workers' states, which
-// must be there.
+// must be there, with their residuals if `residual`.
 loaded_checkpoint read_checkpoint(const std::filesystem::path& path, const state_layout& layout,
-                                  const state_layout* inner = nullptr);
+                                  const state_layout* inner = nullptr, bool residual = false);
 
 // Loads model weights only (e.g. --init-from): every parameter of `layout` must
 // be present as F32 with the same shape. Returns the parameter section.

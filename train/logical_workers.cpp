@@ -66,9 +66,12 @@ batch_stats logical_worker_runner::run(std::size_t k, std::int64_t round, double
   if (global.size() < p || out.size() < p)
     throw std::logic_error("a logical worker's round: the global model's parameters do not match the inner model's");
   const std::vector<float> own = setup_->store->read(k, round);
+  const std::size_t kept = layout.total_size() - p;  // the slots and the tail; a residual follows
+  if (own.size() != kept + (setup_->residual() ? p : 0))
+    throw std::logic_error("a logical worker's state does not match the inner model's");
   state_.resize(layout.total_size());
   std::copy_n(global.begin(), p, state_.begin());
-  std::copy(own.begin(), own.end(), state_.begin() + static_cast<std::ptrdiff_t>(p));
+  std::copy_n(own.begin(), kept, state_.begin() + static_cast<std::ptrdiff_t>(p));
   inner_->import_state(state_);
   batch_stats stats;
   const auto batch = static_cast<std::size_t>(setup_->worker_batch);
@@ -87,8 +90,26 @@ batch_stats logical_worker_runner::run(std::size_t k, std::int64_t round, double
   const std::vector<float> after = inner_->export_state();
   const auto n = static_cast<float>(rows.size());
   for (std::size_t i = 0; i < p; ++i) out[i] = n * (global[i] - after[i]);
-  setup_->store->write(k, round, {after.begin() + static_cast<std::ptrdiff_t>(p), after.end()});
+  std::vector<float> next(after.begin() + static_cast<std::ptrdiff_t>(p), after.end());
+  if (!setup_->residual()) {
+    setup_->store->write(k, round, std::move(next));
+    return stats;
+  }
+  for (std::size_t i = 0; i < p; ++i) out[i] += own[kept + i];
+  pending_.insert_or_assign({k, round}, std::move(next));
   return stats;
+}
+
+void logical_worker_runner::keep_residual(std::int64_t step, std::size_t slice, std::span<const float> residual) {
+  if (!setup_->residual()) return;
+  const auto it = pending_.find({slice, step});
+  if (it == pending_.end()) throw std::logic_error("a logical worker's residual without its round");
+  std::vector<float> state = std::move(it->second);
+  pending_.erase(it);
+  state.insert(state.end(), residual.begin(), residual.begin() + static_cast<std::ptrdiff_t>(inner_->layout().parameter_size));
+  setup_->store->write(slice, step, std::move(state));
+  // Rounds a failed exchange left behind are never told.
+  std::erase_if(pending_, [&](const auto& e) { return e.first.second < step - 1; });
 }
 
 }  // namespace dpactor

@@ -5,7 +5,8 @@
 //
 // Note [Logical workers]
 // A logical worker is an inner optimizer state (its slots and step counter),
-// and its share of each round's data (Note [Round data]). A round of worker k
+// with a codec its residual (Note [Int8 pseudo-gradients]), and its share of
+// each round's data (Note [Round data]). A round of worker k
 // starts from the global weights at the round's start and k's state after
 // its previous round, takes its inner steps with the job's optimizer, and
 // contributes n_k x (global - inner weights), n_k the samples it trained:
@@ -31,6 +32,7 @@
 #include <span>
 #include <vector>
 
+#include <dpactor/sync_config.hpp>
 #include "data/dataset.hpp"
 #include "tensors/lr_schedule.hpp"
 #include "tensors/replica.hpp"
@@ -76,6 +78,11 @@ class logical_worker_store {
 struct round_setup {
   std::int64_t worker_batch = 1;        // B / K: rows of one inner step
   lr_schedule inner_schedule;           // the job's [optimizer] schedule, over inner steps
+  // With a codec other than fp32, its error feedback (See Note [Int8
+  // pseudo-gradients]): each worker's state ends with its residual, one
+  // float a parameter.
+  sync_codec codec = sync_codec::fp32;
+  bool residual() const noexcept { return codec != sync_codec::fp32; }
   std::shared_ptr<logical_worker_store> store;
 };
 
@@ -85,6 +92,7 @@ class logical_worker_runner final : public slice_work {
   logical_worker_runner(std::unique_ptr<replica> inner, std::shared_ptr<const round_setup> setup);
 
   const logical_worker_store& store() const noexcept { return *setup_->store; }
+  const round_setup& setup() const noexcept { return *setup_; }
 
   // Slice k of a round's shard is worker k's round, from `model`'s parameters.
   batch_stats compute(const step_shard& shard, std::size_t slice, std::span<const std::uint32_t> rows,
@@ -95,14 +103,24 @@ class logical_worker_runner final : public slice_work {
   // parameters `global`; writes n_k x (global - inner) into `out` and the
   // worker's new state into the store. `first_position` is the inner
   // schedule's position of the round's first inner step.
+  // With a residual, out is n_k x (global - inner) + the worker's residual,
+  // and the worker's new state waits for keep_residual().
   batch_stats run(std::size_t k, std::int64_t round, double first_position, std::span<const std::uint32_t> rows,
                   const dataset& train, std::span<const float> global, std::span<float> out,
                   device_progress& progress);
+
+  // Writes worker `slice`'s state after round `step`, its residual
+  // `residual`: a round's state is whole or absent in the store, so a device
+  // whose exchange failed (an ended generation's) writes nothing.
+  void keep_residual(std::int64_t step, std::size_t slice, std::span<const float> residual) override;
 
  private:
   std::unique_ptr<replica> inner_;
   std::shared_ptr<const round_setup> setup_;
   std::vector<float> state_;  // scratch: the inner replica's whole state
+  // With a residual: states computed, waiting for keep_residual, by
+  // (worker, round).
+  std::map<std::pair<std::size_t, std::int64_t>, std::vector<float>> pending_;
 };
 
 }  // namespace dpactor

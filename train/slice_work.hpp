@@ -4,6 +4,7 @@
 // workers]), whose result the summation tree adds the same way.
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 
 #include "data/dataset.hpp"
@@ -21,6 +22,12 @@ class slice_work {
   virtual batch_stats compute(const step_shard& shard, std::size_t slice, std::span<const std::uint32_t> rows,
                               const dataset& train, replica& model, std::span<float> out,
                               device_progress& progress) = 0;
+  // A codec sends less than the slice's result (See Note [Int8
+  // pseudo-gradients]): `residual` is what it did not send of slice `slice`
+  // of step `step`, told before the exchange. The default keeps nothing.
+  virtual void keep_residual(std::int64_t step, std::size_t slice, std::span<const float> residual) {
+    (void)step, (void)slice, (void)residual;
+  }
 };
 
 }  // namespace dpactor

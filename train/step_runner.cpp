@@ -136,6 +136,8 @@ step_runner::computed step_runner::compute_slices(const step_shard& shard, repli
   builder_.reset(*tree_);
   buffers_.assign(1, model.gradients());  // the first node the member holds lands where the optimizer reads
   free_.assign(1, 0);
+  leaves_.clear();
+  c.work = work;
   const std::span<const std::uint32_t> rows(shard.indices);
   const auto compute = [&](std::size_t slice) {
     const auto start = clock_type::now();
@@ -153,7 +155,8 @@ step_runner::computed step_runner::compute_slices(const step_shard& shard, repli
                    : model.accumulate_slice(train.batch(slice_rows), buffers_[buffer]);
     if (slice != 0) clear_buffers(model, buffers_[buffer]);  // See Note [Module buffers]: slice 0's count
     c.digest += sample_digest(slice_rows, train.sequences);
-    builder_.add_leaf(slice, buffer, buffers_, free_);
+    if (int8_) leaves_.emplace_back(slice, buffer);  // quantized apart (See Note [Int8 pseudo-gradients])
+    else builder_.add_leaf(slice, buffer, buffers_, free_);
     if (slow != nullptr) injected_delay(control, shard.step, (slow->factor - 1.0) * seconds_since(start));
   };
   // See Note [Stealing slices]: own slices in order, then whatever is left.
@@ -215,17 +218,26 @@ void step_runner::backward_marker::on_gradients_ready(std::span<float> gradients
   if (next_ != nullptr) next_->on_gradients_ready(gradients, tensor);
 }
 
+std::vector<std::size_t> step_runner::held_buffers() const {
+  std::vector<std::size_t> held;
+  if (int8_)
+    for (const auto& [slice, buffer] : leaves_) held.push_back(buffer);
+  else
+    for (const auto& [node, buffer] : builder_.held()) held.push_back(buffer);
+  return held;
+}
+
 std::int64_t step_runner::count_nonfinite_gradients(const computed& c, replica& model) {
   if (!c.sliced) return model.count_nonfinite_gradients();
   std::int64_t n = 0;
-  for (const auto& [node, buffer] : builder_.held()) n += count_nonfinite(buffers_[buffer]);
+  for (const std::size_t buffer : held_buffers()) n += count_nonfinite(buffers_[buffer]);
   return n;
 }
 
 // fault spec nan:R@S: the first gradient this member holds becomes NaN.
 void step_runner::poison_gradients(const computed& c, replica& model) {
   std::span<float> grads = model.gradients();
-  if (c.sliced && !builder_.held().empty()) grads = buffers_[builder_.held().front().second];
+  if (const auto held = held_buffers(); c.sliced && !held.empty()) grads = buffers_[held.front()];
   if (model.native_stream() == nullptr) {
     grads[0] = std::numeric_limits<float>::quiet_NaN();
     return;
@@ -280,6 +292,10 @@ std::span<const float> step_runner::synchronize(const computed& c, std::size_t r
     // tree's reduce-scatter; its chunk of the root lands in `grads`.
     reduce_header(c, 0, comm, options, observer, progress);
     if (!header_is_finite()) return skip(model);
+    if (int8_) {
+      exchange_int8(c, grads, comm, options);
+      return update(model, comm, options, lr_, {&whole_, 1}, c.step, progress, /*reduced_whole=*/true);
+    }
     parts_.clear();
     for (const auto& [node, buffer] : builder_.held()) parts_.push_back({node, buffers_[buffer]});
     comm.reduce_scatter_tree(tree_->slices(), parts_, grads, options);
@@ -305,6 +321,28 @@ std::span<const float> step_runner::synchronize(const computed& c, std::size_t r
   return update(model, comm, options, lr_, parts, c.step, progress);
 }
 
+// See Note [Int8 pseudo-gradients]. Every worker's block maxima reach every
+// member (each row non-zero on the member that ran the worker: the float sum
+// is exact), every member plans the same scales and limits, each quantizes
+// its workers' values into one int8 sum, handing the residuals back, and the
+// int8 sums are all-reduced.
+void step_runner::exchange_int8(const computed& c, std::span<float> grads, collective& comm,
+                                const collective_options& options) {
+  const std::size_t workers = tree_->slices(), n = grads.size(), blocks = int8_blocks(n);
+  maxima_.assign(workers * blocks, 0.0f);
+  for (const auto& [slice, buffer] : leaves_)
+    block_maxima(buffers_[buffer], std::span<float>(maxima_).subspan(slice * blocks, blocks));
+  if (comm.size() > 1) comm.all_reduce_sum(maxima_, options);
+  int8_plan_.build(maxima_, workers);
+  int8_sum_.assign(n, 0);
+  for (const auto& [slice, buffer] : leaves_) {
+    int8_plan_.encode(slice, buffers_[buffer], int8_sum_);
+    if (c.work != nullptr) c.work->keep_residual(c.step, slice, buffers_[buffer]);
+  }
+  if (comm.size() > 1) comm.all_reduce_sum_int8(int8_sum_, options);
+  int8_plan_.decode(int8_sum_, grads);
+}
+
 std::span<const float> step_runner::skip(replica& model) {
   applied_ = false;
   if (nonfinite_ == nonfinite_policy::skip) model.skip_step();
@@ -313,11 +351,12 @@ std::span<const float> step_runner::skip(replica& model) {
 
 std::span<const float> step_runner::update(replica& model, collective& comm, const collective_options& options,
                                            double lr, std::span<const gradient_bucket> parts, std::int64_t step,
-                                           device_progress& progress) {
+                                           device_progress& progress, bool reduced_whole) {
   progress.mark(device_phase::optimizer, step);
   // A member alone gathers nothing, so no collective can fail after its
-  // update: it updates in place (See replica::update_in_place).
-  if (comm.size() == 1) {
+  // update: it updates in place (See replica::update_in_place). Nor does a
+  // member that holds the whole reduced gradient.
+  if (comm.size() == 1 || reduced_whole) {
     model.update_in_place(lr, header_[h_samples]);
     return header_;
   }

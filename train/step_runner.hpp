@@ -16,6 +16,7 @@
 #include <dpactor/job_config.hpp>  // nonfinite_policy
 #include "train/device_progress.hpp"
 #include "train/fault_plan.hpp"
+#include "train/int8_codec.hpp"
 #include "train/slice_work.hpp"
 #include "train/step_record.hpp"
 #include "train/step_shard.hpp"
@@ -77,6 +78,7 @@ class step_runner {
     double lr_override = 0.0;          // the shard's: > 0 replaces the schedule's rate
     std::int64_t step = 0;
     device_progress* progress = nullptr;  // the member's (See Note [Progress-based hang detection])
+    slice_work* work = nullptr;           // compute_slices's
   };
 
   // `faults` are this device's injected faults (fail, hang, slow, jitter);
@@ -119,6 +121,11 @@ class step_runner {
   // state, on any backend: the round modes do, as their outer step comes once
   // a round and gathering the state would send the outer momentum too.
   void set_gather_gradients(bool on) noexcept { gather_gradients_ = on; }
+  // The round modes' int8 codec (See Note [Int8 pseudo-gradients]): a sliced
+  // step's slices are kept apart, quantized with the scales every member
+  // agrees on, and exchanged as int8 sums; each slice's residual goes back to
+  // its slice_work.
+  void set_int8_codec(bool on) noexcept { int8_ = on; }
 
   // The buckets planned for `model` (planned on first use).
   std::span<const gradient_bucket> buckets(const replica& model);
@@ -148,10 +155,16 @@ class step_runner {
   const fault_spec* inject_step_faults(const step_shard& shard, const device_control& control,
                                        const collective_group& group);
   // The optimizer step on this member's chunk of each part, and the gather.
+  // `reduced_whole`: every member holds the whole reduced gradient already.
   std::span<const float> update(replica& model, collective& comm, const collective_options& options, double lr,
-                                std::span<const gradient_bucket> parts, std::int64_t step, device_progress& progress);
+                                std::span<const gradient_bucket> parts, std::int64_t step, device_progress& progress,
+                                bool reduced_whole = false);
   // A step not applied (See Note [Non-finite steps]).
   std::span<const float> skip(replica& model);
+  // The int8 codec's exchange: the reduced sum lands whole in `grads`.
+  void exchange_int8(const computed& c, std::span<float> grads, collective& comm, const collective_options& options);
+  // The buffers of the slices or nodes this member holds.
+  std::vector<std::size_t> held_buffers() const;
   std::span<const float> reduce_header(const computed& c, std::size_t returned, collective& comm,
                                        const collective_options& options, late_observer* observer,
                                        device_progress& progress);
@@ -185,6 +198,13 @@ class step_runner {
   std::int64_t nonfinite_local_ = 0;
   nonfinite_policy nonfinite_ = nonfinite_policy::stop;
   bool gather_gradients_ = false;
+  bool int8_ = false;
+  // The int8 codec's: the slices held apart (slice, buffer), the workers'
+  // block maxima, the plan and the int8 sum.
+  std::vector<std::pair<std::size_t, std::size_t>> leaves_;
+  std::vector<float> maxima_;
+  int8_plan int8_plan_;
+  std::vector<std::int8_t> int8_sum_;
   std::vector<fault_spec> faults_;
   std::uint64_t fault_seed_;
   std::optional<rng> jitter_rng_;

@@ -27,7 +27,8 @@ struct checkpoint_writer_setup {
   // The round modes: a state to write holds the replica's state, then the
   // logical workers' (See Note [Logical workers]), laid out by this.
   std::optional<state_layout> inner;
-  bool residual = false;  // the workers' states end with a codec's residual
+  bool residual = false;      // the workers' states hold a codec's residual
+  std::size_t fragments = 1;  // and with fragments their parameters (See Note [A logical worker's state])
 };
 
 // Answers each write_checkpoint_msg with a checkpoint_written_msg.

@@ -49,9 +49,26 @@ std::string checkpoint_sync_value(const std::string& config_toml, const std::str
   return body.substr(value, body.find('"', value) - value);
 }
 
+// An integer key of the same section, or `fallback`.
+std::int64_t checkpoint_sync_integer(const std::string& config_toml, const std::string& name, std::int64_t fallback) {
+  const auto section = config_toml.find("[sync]\n");
+  if (section == std::string::npos) return fallback;
+  const auto end = config_toml.find("\n[", section + 1);
+  const std::string body = config_toml.substr(section, end == std::string::npos ? std::string::npos : end - section);
+  const std::string key = "\n" + name + " = ";
+  const auto at = body.find(key);
+  if (at == std::string::npos) return fallback;
+  try {
+    return std::stoll(body.substr(at + key.size()));
+  } catch (const std::exception&) {
+    return fallback;
+  }
+}
+
 // The logical workers of a resumed round mode: K is the checkpoint's.
 void resume_workers(const job_config& config, loaded_checkpoint& ckpt, launch_plan& plan) {
-  const std::size_t per = worker_floats(plan.inner_layout, config.sync.codec != sync_codec::fp32);
+  const std::size_t per = worker_floats(plan.inner_layout, config.sync.codec != sync_codec::fp32,
+                                       static_cast<std::size_t>(config.sync.fragments));
   const auto workers = static_cast<std::int64_t>(ckpt.workers.size() / per);
   const std::string where = ckpt.directory.string() + ": ";
   if (config.sync.workers > 0 && config.sync.workers != workers)
@@ -86,9 +103,17 @@ void load_initial_state(const job_config& config, const run_options& options, la
                            "\", this config has sync.codec = \"" + wanted_codec +
                            "\": the logical workers' error-feedback residuals are the codec's (a run keeps its codec "
                            "from start to end)");
+      const std::int64_t fragments = checkpoint_sync_integer(ckpt_config, "fragments", 1);
+      if (fragments != config.sync.fragments)
+        throw config_error(visible(options.resume_from) + ": the checkpoint is of a run with sync.fragments = " +
+                           std::to_string(fragments) + ", this config has sync.fragments = " +
+                           std::to_string(config.sync.fragments) +
+                           ": its steps and the logical workers' parameters are the fragments' (a run keeps its "
+                           "fragments from start to end)");
     }
     loaded_checkpoint ckpt = read_checkpoint(options.resume_from, plan.layout, plan.rounds ? &plan.inner_layout : nullptr,
-                                             config.sync.codec != sync_codec::fp32);
+                                             config.sync.codec != sync_codec::fp32,
+                                             static_cast<std::size_t>(config.sync.fragments));
     const trainer_record& r = ckpt.record;
     const std::string where = ckpt.directory.string() + ": ";
     if (plan.rounds) resume_workers(config, ckpt, plan);
@@ -152,7 +177,7 @@ void plan_rounds(const job_config& config, const run_options& options, int repli
   if (options.torch_model)
     throw config_error("run_options::torch_model: sync.mode = \"" + mode + "\" runs on native MLP replicas only in "
                        "this version");
-  plan.shape.every = s.every;
+  plan.shape.every = s.every / s.fragments;  // with fragments a step is 1/P of a round (See Note [Fragments])
   plan.shape.workers = s.workers > 0 ? s.workers : replicas;
   plan.shape.batch = config.train.batch_size;
   if (config.train.batch_size % plan.shape.workers != 0)
@@ -179,6 +204,8 @@ void finish_round_plan(const job_config& config, launch_plan& plan) {
   auto rounds = std::make_shared<round_setup>(*plan.rounds);
   rounds->worker_batch = plan.shape.worker_batch();
   rounds->codec = config.sync.codec;
+  rounds->fragments = config.sync.fragments;
+  rounds->parameters = plan.inner_layout.parameter_size;
   plan.schedule = lr_schedule{};
   plan.schedule.kind = schedule_kind::constant;
   plan.schedule.base_lr = plan.outer_optimizer.lr;
@@ -198,8 +225,14 @@ void finish_round_plan(const job_config& config, launch_plan& plan) {
   } else {
     std::vector<float> first(inner.total_size(), 0.0f);
     write_step_counter(first, inner, 0);
-    std::vector<float> state(first.begin() + static_cast<std::ptrdiff_t>(inner.parameter_size), first.end());
-    if (rounds->residual()) state.resize(state.size() + inner.parameter_size, 0.0f);  // nothing dropped yet
+    // See Note [A logical worker's state]: nothing dropped yet; with
+    // fragments, the worker's own parameters are the global ones, no samples.
+    const worker_state_shape shape = rounds->state_shape(inner);
+    std::vector<float> state(shape.size(), 0.0f);
+    std::copy(first.begin() + static_cast<std::ptrdiff_t>(inner.parameter_size), first.end(), state.begin());
+    if (shape.own_parameters())
+      std::copy_n(plan.initial_state->begin(), shape.parameters,
+                  state.begin() + static_cast<std::ptrdiff_t>(shape.parameters_at()));
     rounds->store = std::make_shared<logical_worker_store>(workers, std::move(state));
   }
   plan.rounds = std::move(rounds);
@@ -473,6 +506,7 @@ std::shared_ptr<const checkpoint_writer_setup> make_writer_setup(const job_confi
   if (plan.rounds) {
     setup->inner = plan.inner_layout;
     setup->residual = plan.rounds->residual();
+    setup->fragments = static_cast<std::size_t>(plan.rounds->fragments);
   }
   return setup;
 }

@@ -8,9 +8,10 @@
 // slices a step) and with slices of 16 (eight a step, so that stealing and
 // uneven trees happen), and on the libtorch replica with the CNN of
 // configs/cnn.cfg (slices of 16, four a step); and in the round modes
-// (local_sgd with the int8 codec, diloco in fp32; 4 logical workers: 300
-// rounds of H = 2), whose checkpoints also hold the workers' inner states and
-// residuals (workers.safetensors, compared through the resumed runs' final
+// (local_sgd with the int8 codec: 300 rounds of H = 2; streaming diloco in
+// fp32 with 2 fragments: 300 steps of one inner step; 4 logical workers),
+// whose checkpoints also hold the workers' inner states, residuals and own
+// parameters (workers.safetensors, compared through the resumed runs' final
 // bytes).
 
 #include <gtest/gtest.h>
@@ -35,6 +36,7 @@ struct job_case {
   int micro_batch = 64;
   std::string mode = "every_step";  // sync.mode: the round modes run 300 rounds of 4 logical workers, H = 2
   std::string codec = "fp32";       // sync.codec of the round modes
+  int fragments = 1;                // sync.fragments (a step is then H / P inner steps)
 };
 
 class SameBytes : public ::testing::TestWithParam<job_case> {
@@ -52,7 +54,8 @@ class SameBytes : public ::testing::TestWithParam<job_case> {
                                "train.eval_every=0"};
     if (rounds())
       a.insert(a.end(), {"--set", "sync.mode=\"" + GetParam().mode + "\"", "--set", "sync.workers=4", "--set",
-                         "sync.every=2", "--set", "sync.codec=\"" + GetParam().codec + "\""});
+                         "sync.every=2", "--set", "sync.codec=\"" + GetParam().codec + "\"", "--set",
+                         "sync.fragments=" + std::to_string(GetParam().fragments)});
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   }
@@ -147,10 +150,12 @@ TEST_P(SameBytes, ARunStoppedBySigintAtARandomStepAndResumed) {
 // The CNN's steps are 64 samples: slices of 16 give four to share.
 INSTANTIATE_TEST_SUITE_P(Slices, SameBytes,
                          ::testing::Values(job_case{"mlp", 64}, job_case{"mlp", 16}, job_case{"cnn", 16},
-                                           job_case{"mlp", 64, "local_sgd", "int8"}, job_case{"mlp", 64, "diloco"}),
+                                           job_case{"mlp", 64, "local_sgd", "int8"},
+                                           job_case{"mlp", 64, "diloco", "fp32", 2}),
                          [](const auto& info) {
                            if (info.param.mode != "every_step")
-                             return info.param.config + "_" + info.param.mode + "_" + info.param.codec;
+                             return info.param.config + "_" + info.param.mode + "_" + info.param.codec +
+                                    (info.param.fragments > 1 ? "_fragments" + std::to_string(info.param.fragments) : "");
                            return info.param.config + "_micro_batch_" + std::to_string(info.param.micro_batch);
                          });
 

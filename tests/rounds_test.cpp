@@ -130,7 +130,7 @@ reference_run reference_rounds(const job_config& c, int rounds, double outer_lr,
   std::vector<std::vector<float>> inner_slot(K, std::vector<float>(n, 0.0f));
   std::vector<std::int64_t> inner_steps(K, 0);
   std::vector<std::vector<float>> residuals(K, std::vector<float>(n, 0.0f));
-  const auto order = epoch_order(data.train->rows, static_cast<std::uint64_t>(c.train.seed), 0, c.train.shuffle);
+  const std::size_t rows_total = data.train->rows;
   optimizer_config outer;
   outer.kind = optimizer_kind::sgd;
   outer.lr = outer_lr;
@@ -141,32 +141,65 @@ reference_run reference_rounds(const job_config& c, int rounds, double outer_lr,
   schedule.base_lr = c.optimizer.lr * static_cast<double>(b) / static_cast<double>(B);  // sync.scale_inner_lr
   std::vector<float> x(b * static_cast<std::size_t>(c.model.inputs())), grads(n);
   std::vector<std::int32_t> y(b);
+  // Streaming (Note [Fragments]): a step is H / P inner steps, step r
+  // exchanges fragment r mod P, and each worker keeps its own parameters,
+  // taking the fragment exchanged last step from the global ones.
+  const auto P = static_cast<std::size_t>(c.sync.fragments);
+  const std::size_t h = H / P;
+  const auto fragment = [&](std::size_t f) { return std::pair{f * n / P, (f + 1) * n / P}; };
+  std::vector<std::vector<float>> own(K, run.global);
+  std::vector<std::vector<float>> since(K, std::vector<float>(P, 0.0f));  // samples since each fragment's exchange
+  // Note [Round data], written out: a step trains the next h x B samples of
+  // the epoch's order (fewer at its end), worker k the k-th run of
+  // ceil(n / K) of them, in inner batches of b.
+  const std::size_t step_samples = h * B, per_epoch = (rows_total + step_samples - 1) / step_samples;
+  const std::size_t last_share = (rows_total - (per_epoch - 1) * step_samples + K - 1) / K;
+  const std::size_t inner_per_epoch = (per_epoch - 1) * h + (last_share + b - 1) / b;
+  std::vector<std::uint32_t> order;
   for (int r = 0; r < rounds; ++r) {
-    std::vector<std::vector<float>> pseudo(K, std::vector<float>(n));
+    const std::size_t epoch = static_cast<std::size_t>(r) / per_epoch, within = static_cast<std::size_t>(r) % per_epoch;
+    if (within == 0)
+      order = epoch_order(rows_total, static_cast<std::uint64_t>(c.train.seed), static_cast<std::int64_t>(epoch),
+                          c.train.shuffle);
+    const std::size_t start = within * step_samples, n_step = std::min(step_samples, rows_total - start);
+    const std::size_t share = (n_step + K - 1) / K;
+    std::vector<std::vector<float>> pseudo(K, std::vector<float>(n, 0.0f));
+    const auto [fb, fe] = fragment(static_cast<std::size_t>(r) % P);
+    const auto [lb, le] = fragment((static_cast<std::size_t>(r) + P - 1) % P);
+    float weights = 0.0f;
     for (std::size_t k = 0; k < K; ++k) {
-      std::vector<float> w = run.global;
-      for (std::size_t j = 0; j < H; ++j) {
-        const std::span<const std::uint32_t> rows(order.data() + r * H * B + k * H * b + j * b, b);
+      std::vector<float> w = own[k];
+      std::copy(run.global.begin() + static_cast<std::ptrdiff_t>(lb), run.global.begin() + static_cast<std::ptrdiff_t>(le),
+                w.begin() + static_cast<std::ptrdiff_t>(lb));
+      const std::size_t first = std::min(n_step, k * share), mine = std::min(n_step, first + share) - first;
+      for (std::size_t j = 0; j * b < mine; ++j) {
+        const std::size_t len = std::min(b, mine - j * b);
+        const std::span<const std::uint32_t> rows(order.data() + start + first + j * b, len);
         const batch_ref batch = data.train->batch(rows);
-        for (std::size_t i = 0; i < b; ++i) {
+        for (std::size_t i = 0; i < len; ++i) {
           std::copy_n(batch.features + rows[i] * batch.feature_count, batch.feature_count, x.data() + i * batch.feature_count);
           y[i] = batch.labels[rows[i]];
         }
-        model.forward_backward(w.data(), grads.data(), x.data(), y.data(), b, /*overwrite=*/true);
+        model.forward_backward(w.data(), grads.data(), x.data(), y.data(), len, /*overwrite=*/true);
         const std::span<float> slots[1] = {inner_slot[k]};
-        optimizer_step(c.optimizer, w, grads, slots, static_cast<float>(1.0 / static_cast<double>(b)),
-                       schedule.at(static_cast<double>(r * H + j)), inner_steps[k]++);
+        optimizer_step(c.optimizer, w, grads, slots, static_cast<float>(1.0 / static_cast<double>(len)),
+                       schedule.at(static_cast<double>(epoch * inner_per_epoch + within * h + j)), inner_steps[k]++);
       }
-      const auto samples = static_cast<float>(H * b);
-      for (std::size_t i = 0; i < n; ++i) pseudo[k][i] = samples * (run.global[i] - w[i]);
+      for (float& x : since[k]) x += static_cast<float>(mine);
+      const float samples = since[k][static_cast<std::size_t>(r) % P];
+      since[k][static_cast<std::size_t>(r) % P] = 0.0f;
+      weights += samples;
+      for (std::size_t i = fb; i < fe; ++i) pseudo[k][i] = samples * (run.global[i] - w[i]);
+      own[k] = w;
     }
     // The summation tree over 4 workers: (0 + 1) + (2 + 3); or the codec's.
     std::vector<float> sum(n);
     if (int8) sum = int8_exchange(pseudo, residuals);
     else
       for (std::size_t i = 0; i < n; ++i) sum[i] = (pseudo[0][i] + pseudo[1][i]) + (pseudo[2][i] + pseudo[3][i]);
-    const std::span<float> slots[1] = {run.outer_slot};
-    optimizer_step(outer, run.global, sum, slots, static_cast<float>(1.0 / static_cast<double>(H * B)), outer_lr, r);
+    const std::span<float> slots[1] = {std::span<float>(run.outer_slot).subspan(fb, fe - fb)};
+    optimizer_step(outer, std::span<float>(run.global).subspan(fb, fe - fb), std::span<float>(sum).subspan(fb, fe - fb),
+                   slots, static_cast<float>(1.0 / static_cast<double>(weights)), outer_lr, r);
   }
   return run;
 }
@@ -189,16 +222,22 @@ std::vector<float> optimizer_values(const std::filesystem::path& checkpoint) {
 }
 
 job_config round_job(std::int64_t devices, sync_mode mode, const std::filesystem::path& dir,
-                     sync_codec codec = sync_codec::fp32) {
-  job_config c = testing::small_job(devices, 64, 1024);
+                     sync_codec codec = sync_codec::fp32, std::int64_t fragments = 1) {
+  // With fragments, 1,001 samples: the epoch's last step (105 samples) gives
+  // the workers shares of 27, 27, 27 and 24, so the weights of the
+  // fragments' exchanges differ (See Note [Fragments]), and the run goes on
+  // into the next epoch.
+  job_config c = testing::small_job(devices, 64, fragments > 1 ? 1001 : 1024);
   c.sync.codec = codec;
+  c.sync.fragments = fragments;
   c.schedule.kind = schedule_kind::step;  // the inner rate falls every inner step: a position off by one shows
   c.schedule.step_size = 1;
   c.schedule.gamma = 0.9;
   c.sync.mode = mode;
   c.sync.workers = 4;
   c.sync.every = 4;
-  c.train.max_steps = 3;  // rounds
+  c.train.max_steps = fragments > 1 ? 10 : 3;  // three rounds; with fragments an epoch of 8 steps and two more
+  c.train.epochs = 2;
   c.train.checkpoint_dir = dir.string();
   return c;
 }
@@ -206,6 +245,7 @@ job_config round_job(std::int64_t devices, sync_mode mode, const std::filesystem
 struct reference_case {
   sync_mode mode;
   sync_codec codec = sync_codec::fp32;
+  std::int64_t fragments = 1;
 };
 
 class ReferenceRounds : public ::testing::TestWithParam<reference_case> {};
@@ -213,17 +253,20 @@ class ReferenceRounds : public ::testing::TestWithParam<reference_case> {};
 TEST_P(ReferenceRounds, TheEngineMatchesAPlainLoopBitwiseForThreeRoundsOnOneAndTwoDevices) {
   const sync_mode mode = GetParam().mode;
   const sync_codec codec = GetParam().codec;
+  const std::int64_t fragments = GetParam().fragments;
   const bool diloco = mode == sync_mode::diloco;
   testing::scratch_dir dir;
-  const job_config shape = round_job(1, mode, dir / "shape", codec);
-  const reference_run expected = diloco ? reference_rounds(shape, 3, 0.7, 0.9, true) : reference_rounds(shape, 3, 1.0, 0.0, false);
+  const job_config shape = round_job(1, mode, dir / "shape", codec, fragments);
+  const int steps = static_cast<int>(shape.train.max_steps);
+  const reference_run expected =
+      diloco ? reference_rounds(shape, steps, 0.7, 0.9, true) : reference_rounds(shape, steps, 1.0, 0.0, false);
   for (const std::int64_t devices : {1, 2}) {
     SCOPED_TRACE(std::to_string(devices) + " device(s)");
-    const job_config c = round_job(devices, mode, dir / ("d" + std::to_string(devices)), codec);
+    const job_config c = round_job(devices, mode, dir / ("d" + std::to_string(devices)), codec, fragments);
     Engine engine(c);
     engine.start();
     const run_summary s = engine.wait();
-    ASSERT_EQ(s.steps, 3);
+    ASSERT_EQ(s.steps, steps);
     EXPECT_EQ(testing::checkpoint_parameters(s.checkpoint), by_tensor(c, expected.global));
     if (diloco) {
       EXPECT_EQ(optimizer_values(s.checkpoint), by_tensor(c, expected.outer_slot));
@@ -232,19 +275,28 @@ TEST_P(ReferenceRounds, TheEngineMatchesAPlainLoopBitwiseForThreeRoundsOnOneAndT
   if (codec == sync_codec::int8) {  // the comparison can tell the codec from fp32
     job_config fp32 = shape;
     fp32.sync.codec = sync_codec::fp32;
-    EXPECT_NE(by_tensor(shape, reference_rounds(fp32, 3, 0.7, 0.9, true).global), by_tensor(shape, expected.global));
+    EXPECT_NE(by_tensor(shape, reference_rounds(fp32, steps, 0.7, 0.9, true).global), by_tensor(shape, expected.global));
+  }
+  if (fragments > 1) {  // the comparison can tell streaming from plain rounds of H / P
+    job_config plain = shape;
+    plain.sync.fragments = 1;
+    plain.sync.every = shape.sync.every / fragments;
+    EXPECT_NE(by_tensor(shape, reference_rounds(plain, steps, 0.7, 0.9, true).global), by_tensor(shape, expected.global));
   }
   // The comparison can tell a different outer step.
-  const reference_run other = diloco ? reference_rounds(shape, 3, 0.7, 0.0, false) : reference_rounds(shape, 3, 0.9, 0.0, false);
+  const reference_run other =
+      diloco ? reference_rounds(shape, steps, 0.7, 0.0, false) : reference_rounds(shape, steps, 0.9, 0.0, false);
   EXPECT_NE(by_tensor(shape, other.global), by_tensor(shape, expected.global));
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, ReferenceRounds,
                          ::testing::Values(reference_case{sync_mode::local_sgd}, reference_case{sync_mode::diloco},
-                                           reference_case{sync_mode::diloco, sync_codec::int8}),
+                                           reference_case{sync_mode::diloco, sync_codec::int8},
+                                           reference_case{sync_mode::diloco, sync_codec::fp32, 2}),
                          [](const auto& info) {
                            return std::string(info.param.mode == sync_mode::diloco ? "diloco" : "local_sgd") +
-                                  (info.param.codec == sync_codec::int8 ? "_int8" : "");
+                                  (info.param.codec == sync_codec::int8 ? "_int8" : "") +
+                                  (info.param.fragments > 1 ? "_fragments" : "");
                          });
 
 
@@ -272,6 +324,10 @@ TEST(RoundsConfig, BadInputIsRefusedNamingTheKeyAndTheValue) {
   EXPECT_NE(gpus.find("CPU replicas only"), std::string::npos) << gpus;
   const std::string fast = sync_error({"sync.mode=\"local_sgd\"", "train.reproducible=false"});
   EXPECT_NE(fast.find("train.reproducible"), std::string::npos) << fast;
+  const std::string split_h = sync_error({"sync.mode=\"diloco\"", "sync.every=16", "sync.fragments=3"});
+  EXPECT_NE(split_h.find("sync.every = 16 does not split into sync.fragments = 3 equal parts"), std::string::npos)
+      << split_h;
+  EXPECT_EQ(sync_error({"sync.mode=\"diloco\"", "sync.every=16", "sync.fragments=4"}), testing::no_error);
   const std::string bf16 = sync_error({"sync.mode=\"diloco\"", "sync.codec=\"bf16\""});
   EXPECT_NE(bf16.find("sync.codec = \"bf16\" is not built yet"), std::string::npos) << bf16;
   EXPECT_EQ(sync_error({"sync.mode=\"diloco\"", "sync.workers=4", "sync.every=64"}), testing::no_error);
@@ -351,6 +407,13 @@ TEST(RoundsResume, AResumeFromAMidEpochCheckpointOnOneDeviceEndsWithTheBytesOfTh
   });
   EXPECT_NE(message.find("sync.codec = \"fp32\", this config has sync.codec = \"int8\""), std::string::npos)
       << message;
+  other.sync.codec = sync_codec::fp32;
+  other.sync.fragments = 2;
+  message = testing::error_of<config_error>([&] {
+    Engine e(other, testing::resume_from(dir / "first" / "step-00000003"));
+    e.start();
+  });
+  EXPECT_NE(message.find("sync.fragments = 1, this config has sync.fragments = 2"), std::string::npos) << message;
 }
 
 // Every sample once, by the devices' own account (trained events, not the

@@ -46,11 +46,11 @@ std::string worker_tensor(std::size_t k, const std::string& name) { return "work
 
 void save_workers(const fs::path& file, const worker_states& w) {
   const state_layout& inner = *w.inner;
-  const std::size_t per = worker_floats(inner, w.residual), count = w.states.size() / per;
-  const std::size_t residual_at = worker_floats(inner);  // within a worker's floats
+  const worker_state_shape shape = worker_state_shape::of(inner, w.residual, w.fragments);
+  const std::size_t per = shape.size(), count = w.states.size() / per;
   const std::size_t params = inner.parameter_tensors, all = inner.layout.tensors().size();
   std::vector<std::string> names;
-  names.reserve(count * (all - params + (w.residual ? params : 0)));
+  names.reserve(count * (all + 2 * params + 1));  // no reallocation: the tensors point at the names
   std::vector<tensor_to_save> tensors;
   std::string steps;
   for (std::size_t k = 0; k < count; ++k) {
@@ -63,7 +63,17 @@ void save_workers(const fs::path& file, const worker_states& w) {
     for (std::size_t i = 0; w.residual && i < params; ++i) {
       const auto& t = inner.layout.tensors()[i];
       names.push_back(worker_tensor(k, "residual." + t.name));
-      tensors.push_back({names.back(), t.shape, w.states.subspan(k * per + residual_at + t.offset, t.numel())});
+      tensors.push_back({names.back(), t.shape, w.states.subspan(k * per + shape.residual_at() + t.offset, t.numel())});
+    }
+    for (std::size_t i = 0; shape.own_parameters() && i < params; ++i) {
+      const auto& t = inner.layout.tensors()[i];
+      names.push_back(worker_tensor(k, "inner." + t.name));
+      tensors.push_back({names.back(), t.shape, w.states.subspan(k * per + shape.parameters_at() + t.offset, t.numel())});
+    }
+    if (shape.own_parameters()) {
+      names.push_back(worker_tensor(k, "fragment_samples"));
+      tensors.push_back({names.back(), {static_cast<std::int64_t>(shape.fragments)},
+                         w.states.subspan(k * per + shape.samples_at(), shape.fragments)});
     }
     const std::span<const float> tail(w.states.data() + k * per + (inner.layout.size() - inner.parameter_size),
                                       state_layout::tail_floats);
@@ -76,7 +86,8 @@ void save_workers(const fs::path& file, const worker_states& w) {
   save_safetensors(file, tensors, meta);
 }
 
-std::vector<float> load_workers(const fs::path& file, const state_layout& inner, bool residual, bool checksummed) {
+std::vector<float> load_workers(const fs::path& file, const state_layout& inner, bool residual, std::size_t fragments,
+                                bool checksummed) {
   const std::string origin = file.string();
   std::error_code ec;
   if (!fs::exists(file, ec))
@@ -103,18 +114,15 @@ std::vector<float> load_workers(const fs::path& file, const state_layout& inner,
   if (count == 0 || count > 4096 || steps.size() != count)
     throw checkpoint_error(origin + ": " + std::to_string(steps.size()) + " step counters for " +
                            std::to_string(count) + " workers");
-  const std::size_t per = worker_floats(inner, residual);
+  const worker_state_shape shape = worker_state_shape::of(inner, residual, fragments);
+  const std::size_t per = shape.size();
   std::vector<float> out(count * per, 0.0f);
   std::vector<float> one(inner.total_size());
   // A worker's tensor `name` shaped as `spec`, F32 and finite, into `to`.
-  const auto take = [&](const std::string& name, const tensor_spec& spec, float* to) {
+  const auto take = [&](const std::string& name, const std::vector<std::int64_t>& want, float* to) {
     const loaded_tensor* t = loaded.find(name);
-    if (t == nullptr)
-      throw checkpoint_error(origin + ": tensor \"" + name + "\" is missing" +
-                             (residual && name.find(".residual.") != std::string::npos
-                                  ? " (a checkpoint of a run with sync.codec = \"fp32\" has no residuals)"
-                                  : ""));
-    if (t->shape != spec.shape || t->dtype != "F32")
+    if (t == nullptr) throw checkpoint_error(origin + ": tensor \"" + name + "\" is missing");
+    if (t->shape != want || t->dtype != "F32")
       throw checkpoint_error(origin + ": tensor \"" + name + "\" does not have the model's shape in F32");
     if (const auto bad = first_nonfinite(t->values))
       throw checkpoint_error(origin + ": tensor " + name + " holds a non-finite value at index " + std::to_string(*bad));
@@ -127,15 +135,22 @@ std::vector<float> load_workers(const fs::path& file, const state_layout& inner,
     std::fill(one.begin(), one.end(), 0.0f);
     for (std::size_t i = inner.parameter_tensors; i < inner.layout.tensors().size(); ++i) {
       const auto& spec = inner.layout.tensors()[i];
-      take(worker_tensor(k, spec.name), spec, one.data() + spec.offset);
+      take(worker_tensor(k, spec.name), spec.shape, one.data() + spec.offset);
     }
     write_step_counter(one, inner, steps[k]);
     std::copy(one.begin() + static_cast<std::ptrdiff_t>(inner.parameter_size), one.end(),
               out.begin() + static_cast<std::ptrdiff_t>(k * per));
     for (std::size_t i = 0; residual && i < inner.parameter_tensors; ++i) {
       const auto& spec = inner.layout.tensors()[i];
-      take(worker_tensor(k, "residual." + spec.name), spec, out.data() + k * per + worker_floats(inner) + spec.offset);
+      take(worker_tensor(k, "residual." + spec.name), spec.shape, out.data() + k * per + shape.residual_at() + spec.offset);
     }
+    for (std::size_t i = 0; shape.own_parameters() && i < inner.parameter_tensors; ++i) {
+      const auto& spec = inner.layout.tensors()[i];
+      take(worker_tensor(k, "inner." + spec.name), spec.shape, out.data() + k * per + shape.parameters_at() + spec.offset);
+    }
+    if (shape.own_parameters())
+      take(worker_tensor(k, "fragment_samples"), {static_cast<std::int64_t>(shape.fragments)},
+           out.data() + k * per + shape.samples_at());
   }
   return out;
 }
@@ -314,7 +329,8 @@ fs::path write_checkpoint(const fs::path& root, const state_layout& layout, std:
     opt_meta.emplace_back(tensor_checksum_key, tensor_file_checksum(optimizer, opt_meta));
     save_safetensors(tmp / "optimizer.safetensors", optimizer, opt_meta);
     if (workers.inner != nullptr) {
-      if (workers.states.empty() || workers.states.size() % worker_floats(*workers.inner, workers.residual) != 0)
+      if (workers.states.empty() ||
+          workers.states.size() % worker_floats(*workers.inner, workers.residual, workers.fragments) != 0)
         throw checkpoint_error("checkpoint of step " + std::to_string(record.step) + ": " +
                                std::to_string(workers.states.size()) + " floats of logical workers' states");
       if (const auto bad = first_nonfinite(workers.states))
@@ -333,7 +349,7 @@ fs::path write_checkpoint(const fs::path& root, const state_layout& layout, std:
     // Read back and compared before it takes a name: a checkpoint that does
     // not verify never becomes `latest`, and nothing older is pruned for it.
     try {
-      const loaded_checkpoint back = read_checkpoint(tmp, layout, workers.inner, workers.residual);
+      const loaded_checkpoint back = read_checkpoint(tmp, layout, workers.inner, workers.residual, workers.fragments);
       const auto same = [](float x, float y) { return std::bit_cast<std::uint32_t>(x) == std::bit_cast<std::uint32_t>(y); };
       for (const auto& t : layout.layout.tensors())  // the padding between tensors is not saved
         for (std::size_t i = t.offset; i < t.offset + t.numel(); ++i)
@@ -417,7 +433,7 @@ trainer_record read_trainer_record(const fs::path& path) {
 }
 
 loaded_checkpoint read_checkpoint(const fs::path& path, const state_layout& layout, const state_layout* inner,
-                                  bool residual) {
+                                  bool residual, std::size_t fragments) {
   const fs::path dir = checkpoint_dir_of(path);
   loaded_checkpoint out;
   out.directory = dir;
@@ -441,7 +457,8 @@ loaded_checkpoint read_checkpoint(const fs::path& path, const state_layout& layo
   }
   check_ranges(out.record, counter, dir);
   write_step_counter(out.state, layout, counter);
-  if (inner != nullptr) out.workers = load_workers(dir / workers_file, *inner, residual, out.record.checksummed);
+  if (inner != nullptr)
+    out.workers = load_workers(dir / workers_file, *inner, residual, fragments, out.record.checksummed);
   return out;
 }
 

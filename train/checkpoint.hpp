@@ -5,7 +5,9 @@
 //   DIR/step-00000470/trainer.json           step, epoch, ledger position, seed, config
 //   DIR/step-00000470/workers.safetensors    round modes: each logical worker's inner optimizer
 //                                            state "worker.<k>.<param>.<slot>", steps in metadata,
-//                                            and with a codec its residual "worker.<k>.residual.<param>"
+//                                            with a codec its residual "worker.<k>.residual.<param>",
+//                                            with fragments its parameters "worker.<k>.inner.<param>"
+//                                            and samples since each fragment's exchange in metadata
 //   DIR/latest                               the name of the newest one
 // Each is written under a temporary name, flushed, then renamed, so a reader
 // never sees a partial checkpoint.
@@ -20,6 +22,7 @@
 
 #include "data/epoch_ledger.hpp"
 #include "tensors/replica.hpp"
+#include "train/worker_state.hpp"
 
 namespace dpactor {
 
@@ -41,15 +44,16 @@ struct trainer_record {
 // inner optimizer state as an inner replica lays it out from the end of its
 // parameter section on (its slots, then the tail with its step counter),
 // worker after worker.
-// With a codec's residual (See Note [Int8 pseudo-gradients]) each worker's
-// floats end with it, one a parameter.
+// With a codec or fragments, more follows (See Note [A logical worker's
+// state]).
 struct worker_states {
   const state_layout* inner = nullptr;  // null: none (sync.mode = "every_step")
-  std::span<const float> states;        // workers x worker_floats(*inner, residual)
+  std::span<const float> states;        // workers x worker_floats(*inner, residual, fragments)
   bool residual = false;
+  std::size_t fragments = 1;
 };
-inline std::size_t worker_floats(const state_layout& inner, bool residual = false) noexcept {
-  return inner.total_size() - inner.parameter_size + (residual ? inner.parameter_size : 0);
+inline std::size_t worker_floats(const state_layout& inner, bool residual = false, std::size_t fragments = 1) noexcept {
+  return worker_state_shape::of(inner, residual, fragments).size();
 }
 
 // Writes a checkpoint of `state` (laid out by `layout`) under `root` and
@@ -92,9 +96,11 @@ struct loaded_checkpoint {
 trainer_record read_trainer_record(const std::filesystem::path& path);
 
 // With `inner` (the round modes), also the logical workers' states, which
-// must be there, with their residuals if `residual`.
+// must be there, with their residuals if `residual` and their own
+// parameters and sample counts if `fragments` > 1.
 loaded_checkpoint read_checkpoint(const std::filesystem::path& path, const state_layout& layout,
-                                  const state_layout* inner = nullptr, bool residual = false);
+                                  const state_layout* inner = nullptr, bool residual = false,
+                                  std::size_t fragments = 1);
 
 // Loads model weights only (e.g. --init-from): every parameter of `layout` must
 // be present as F32 with the same shape. Returns the parameter section.

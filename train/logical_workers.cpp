@@ -62,16 +62,26 @@ batch_stats logical_worker_runner::run(std::size_t k, std::int64_t round, double
                                        std::span<const float> global, std::span<float> out,
                                        device_progress& progress) {
   const state_layout& layout = inner_->layout();
-  const std::size_t p = layout.parameter_size;
+  const worker_state_shape shape = setup_->state_shape(layout);
+  const std::size_t p = shape.parameters;
   if (global.size() < p || out.size() < p)
     throw std::logic_error("a logical worker's round: the global model's parameters do not match the inner model's");
-  const std::vector<float> own = setup_->store->read(k, round);
-  const std::size_t kept = layout.total_size() - p;  // the slots and the tail; a residual follows
-  if (own.size() != kept + (setup_->residual() ? p : 0))
-    throw std::logic_error("a logical worker's state does not match the inner model's");
+  std::vector<float> own = setup_->store->read(k, round);
+  if (own.size() != shape.size()) throw std::logic_error("a logical worker's state does not match the inner model's");
+  // Where the worker starts: the global parameters, or with fragments its
+  // own, with the fragment exchanged last step taken from the global ones
+  // (See Note [Fragments]).
+  const auto [fb, fe] = setup_->fragment(round);
   state_.resize(layout.total_size());
-  std::copy_n(global.begin(), p, state_.begin());
-  std::copy_n(own.begin(), kept, state_.begin() + static_cast<std::ptrdiff_t>(p));
+  if (shape.own_parameters()) {
+    const auto [lb, le] = setup_->fragment(round - 1);
+    std::copy_n(own.begin() + static_cast<std::ptrdiff_t>(shape.parameters_at()), p, state_.begin());
+    std::copy(global.begin() + static_cast<std::ptrdiff_t>(lb), global.begin() + static_cast<std::ptrdiff_t>(le),
+              state_.begin() + static_cast<std::ptrdiff_t>(lb));
+  } else {
+    std::copy_n(global.begin(), p, state_.begin());
+  }
+  std::copy_n(own.begin(), shape.kept, state_.begin() + static_cast<std::ptrdiff_t>(p));
   inner_->import_state(state_);
   batch_stats stats;
   const auto batch = static_cast<std::size_t>(setup_->worker_batch);
@@ -88,15 +98,27 @@ batch_stats logical_worker_runner::run(std::size_t k, std::int64_t round, double
                             static_cast<double>(step_rows.size()));
   }
   const std::vector<float> after = inner_->export_state();
-  const auto n = static_cast<float>(rows.size());
-  for (std::size_t i = 0; i < p; ++i) out[i] = n * (global[i] - after[i]);
-  std::vector<float> next(after.begin() + static_cast<std::ptrdiff_t>(p), after.end());
-  if (!setup_->residual()) {
-    setup_->store->write(k, round, std::move(next));
+  // The weight: the samples trained since the exchanged fragment's last
+  // exchange (this step's alone without fragments).
+  auto n = static_cast<float>(rows.size());
+  if (shape.own_parameters()) {
+    float* samples = own.data() + shape.samples_at();
+    for (std::size_t f = 0; f < shape.fragments; ++f) samples[f] += n;
+    const auto f = static_cast<std::size_t>(round % static_cast<std::int64_t>(shape.fragments));
+    n = samples[f];
+    samples[f] = 0.0f;
+    std::copy_n(after.begin(), p, own.begin() + static_cast<std::ptrdiff_t>(shape.parameters_at()));
+  }
+  weight_ = n;
+  std::fill(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(p), 0.0f);
+  for (std::size_t i = fb; i < fe; ++i) out[i] = n * (global[i] - after[i]);
+  std::copy(after.begin() + static_cast<std::ptrdiff_t>(p), after.end(), own.begin());  // the slots and the tail
+  if (!shape.residual) {
+    setup_->store->write(k, round, std::move(own));
     return stats;
   }
-  for (std::size_t i = 0; i < p; ++i) out[i] += own[kept + i];
-  pending_.insert_or_assign({k, round}, std::move(next));
+  for (std::size_t i = fb; i < fe; ++i) out[i] += own[shape.residual_at() + i];
+  pending_.insert_or_assign({k, round}, std::move(own));
   return stats;
 }
 
@@ -106,7 +128,10 @@ void logical_worker_runner::keep_residual(std::int64_t step, std::size_t slice, 
   if (it == pending_.end()) throw std::logic_error("a logical worker's residual without its round");
   std::vector<float> state = std::move(it->second);
   pending_.erase(it);
-  state.insert(state.end(), residual.begin(), residual.begin() + static_cast<std::ptrdiff_t>(inner_->layout().parameter_size));
+  const auto [fb, fe] = setup_->fragment(step);
+  const std::size_t at = setup_->state_shape(inner_->layout()).residual_at();
+  std::copy(residual.begin() + static_cast<std::ptrdiff_t>(fb), residual.begin() + static_cast<std::ptrdiff_t>(fe),
+            state.begin() + static_cast<std::ptrdiff_t>(at + fb));
   setup_->store->write(slice, step, std::move(state));
   // Rounds a failed exchange left behind are never told.
   std::erase_if(pending_, [&](const auto& e) { return e.first.second < step - 1; });

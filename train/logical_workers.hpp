@@ -16,6 +16,22 @@
 // other (stealing a late device's unstarted ones, Note [Stealing slices]);
 // which device runs a worker changes nothing in the bytes.
 //
+// Note [Fragments]
+// Streaming DiLoCo (arXiv 2501.18512), sync.fragments = P: the parameter
+// section is cut into P contiguous fragments of about equal size
+// (fragment_range), and each fragment is exchanged once every H inner steps,
+// fragment f at inner step (f + 1) H / P of each round: a step of the engine
+// is then H / P inner steps of every worker, and step s exchanges fragment
+// s mod P, so one exchange sends a P-th of the parameters. A worker keeps its
+// own inner parameters across steps (in its state); at the start of step s it
+// takes the global values of the fragment step s - 1 exchanged (with P = 1:
+// all of them, plain DiLoCo), and at its end contributes, on fragment
+// s mod P only, w_k x (global - inner), w_k the samples it trained since that
+// fragment's last exchange (kept in its state, so a short step at an epoch's
+// end weighs what the worker trained). The update divides the sum by the
+// weights' sum (the step header's h_weight) and the outer optimizer updates
+// that fragment; the rest of the global state carries over.
+//
 // The workers' states live in a logical_worker_store, one per process, kept
 // by round: a round reads the state its worker wrote for the latest round
 // before it, and writes its own. A round that is run again (its generation
@@ -38,6 +54,7 @@
 #include "tensors/replica.hpp"
 #include "train/device_progress.hpp"
 #include "train/slice_work.hpp"
+#include "train/worker_state.hpp"
 
 namespace dpactor {
 
@@ -83,6 +100,18 @@ struct round_setup {
   // float a parameter.
   sync_codec codec = sync_codec::fp32;
   bool residual() const noexcept { return codec != sync_codec::fp32; }
+  // sync.fragments (See Note [Fragments]): step s exchanges fragment s mod P.
+  std::int64_t fragments = 1;
+  std::size_t parameters = 0;  // the parameter section's floats, which the fragments split
+  // The parameters [begin, end) that step `step` exchanges.
+  std::pair<std::size_t, std::size_t> fragment(std::int64_t step) const noexcept {
+    if (fragments <= 1) return {0, parameters};
+    const auto f = static_cast<std::size_t>(((step % fragments) + fragments) % fragments);
+    return fragment_range(parameters, static_cast<std::size_t>(fragments), f);
+  }
+  worker_state_shape state_shape(const state_layout& inner) const noexcept {
+    return worker_state_shape::of(inner, residual(), static_cast<std::size_t>(fragments));
+  }
   std::shared_ptr<logical_worker_store> store;
 };
 
@@ -113,11 +142,15 @@ class logical_worker_runner final : public slice_work {
   // `residual`: a round's state is whole or absent in the store, so a device
   // whose exchange failed (an ended generation's) writes nothing.
   void keep_residual(std::int64_t step, std::size_t slice, std::span<const float> residual) override;
+  // The weight of the last run: the samples since its fragment's last
+  // exchange.
+  double last_weight() const noexcept override { return weight_; }
 
  private:
   std::unique_ptr<replica> inner_;
   std::shared_ptr<const round_setup> setup_;
   std::vector<float> state_;  // scratch: the inner replica's whole state
+  double weight_ = 0.0;
   // With a residual: states computed, waiting for keep_residual, by
   // (worker, round).
   std::map<std::pair<std::size_t, std::int64_t>, std::vector<float>> pending_;

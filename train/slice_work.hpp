@@ -28,6 +28,10 @@ class slice_work {
   virtual void keep_residual(std::int64_t step, std::size_t slice, std::span<const float> residual) {
     (void)step, (void)slice, (void)residual;
   }
+  // What the last compute()'s result is weighted by, which the step's update
+  // divides the sum by: its samples (negative: the default), or what the
+  // work says (See Note [Fragments]).
+  virtual double last_weight() const noexcept { return -1.0; }
 };
 
 }  // namespace dpactor

@@ -1,6 +1,7 @@
 #include "train/step_runner.hpp"
 
 #include "train/sample_digest.hpp"
+#include "train/worker_state.hpp"
 
 #include <sys/prctl.h>
 
@@ -153,6 +154,7 @@ step_runner::computed step_runner::compute_slices(const step_shard& shard, repli
     c.stats += work != nullptr
                    ? work->compute(shard, slice, slice_rows, train, model, buffers_[buffer], control.progress)
                    : model.accumulate_slice(train.batch(slice_rows), buffers_[buffer]);
+    if (const double w = work != nullptr ? work->last_weight() : -1.0; w >= 0.0) c.weight = std::max(c.weight, 0.0) + w;
     if (slice != 0) clear_buffers(model, buffers_[buffer]);  // See Note [Module buffers]: slice 0's count
     c.digest += sample_digest(slice_rows, train.sequences);
     if (int8_) leaves_.emplace_back(slice, buffer);  // quantized apart (See Note [Int8 pseudo-gradients])
@@ -259,6 +261,7 @@ std::span<const float> step_runner::reduce_header(const computed& c, std::size_t
   header_[h_loss] = static_cast<float>(c.stats.loss_sum);
   header_[h_correct] = static_cast<float>(c.stats.correct);
   header_[h_nonfinite] = static_cast<float>(nonfinite_local_);
+  header_[h_weight] = static_cast<float>(c.weight >= 0.0 ? c.weight : static_cast<double>(c.stats.samples));
   header_[h_members + rank] = static_cast<float>(c.compute_s);
   header_[h_members + members + rank] = static_cast<float>(c.stats.samples);
   header_[h_members + 2 * members + rank] = static_cast<float>(returned);
@@ -292,14 +295,18 @@ std::span<const float> step_runner::synchronize(const computed& c, std::size_t r
     // tree's reduce-scatter; its chunk of the root lands in `grads`.
     reduce_header(c, 0, comm, options, observer, progress);
     if (!header_is_finite()) return skip(model);
+    // See Note [Fragments]: the step's fragment, or all of it.
+    const auto f = static_cast<std::size_t>(c.step % fragments_);
+    const auto [fb, fe] = fragment_range(grads.size(), static_cast<std::size_t>(fragments_), f);
+    fragment_ = {fb, fe, 0};
     if (int8_) {
-      exchange_int8(c, grads, comm, options);
-      return update(model, comm, options, lr_, {&whole_, 1}, c.step, progress, /*reduced_whole=*/true);
+      exchange_int8(c, fb, fe, grads, comm, options);
+      return update(model, comm, options, lr_, {&fragment_, 1}, c.step, progress, /*reduced_whole=*/true);
     }
     parts_.clear();
-    for (const auto& [node, buffer] : builder_.held()) parts_.push_back({node, buffers_[buffer]});
-    comm.reduce_scatter_tree(tree_->slices(), parts_, grads, options);
-    return update(model, comm, options, lr_, {&whole_, 1}, c.step, progress);
+    for (const auto& [node, buffer] : builder_.held()) parts_.push_back({node, buffers_[buffer].subspan(fb, fe - fb)});
+    comm.reduce_scatter_tree(tree_->slices(), parts_, grads.subspan(fb, fe - fb), options);
+    return update(model, comm, options, lr_, {&fragment_, 1}, c.step, progress);
   }
   // See Note [Sharded optimizer step], and Note [Gradient buckets] for a
   // backend that overlaps: its buckets not started during backward start now,
@@ -326,21 +333,30 @@ std::span<const float> step_runner::synchronize(const computed& c, std::size_t r
 // is exact), every member plans the same scales and limits, each quantizes
 // its workers' values into one int8 sum, handing the residuals back, and the
 // int8 sums are all-reduced.
-void step_runner::exchange_int8(const computed& c, std::span<float> grads, collective& comm,
-                                const collective_options& options) {
-  const std::size_t workers = tree_->slices(), n = grads.size(), blocks = int8_blocks(n);
+void step_runner::exchange_int8(const computed& c, std::size_t begin, std::size_t end, std::span<float> grads,
+                                collective& comm, const collective_options& options) {
+  const std::size_t workers = tree_->slices(), n = end - begin, blocks = int8_blocks(n);
   maxima_.assign(workers * blocks, 0.0f);
   for (const auto& [slice, buffer] : leaves_)
-    block_maxima(buffers_[buffer], std::span<float>(maxima_).subspan(slice * blocks, blocks));
+    block_maxima(buffers_[buffer].subspan(begin, n), std::span<float>(maxima_).subspan(slice * blocks, blocks));
   if (comm.size() > 1) comm.all_reduce_sum(maxima_, options);
   int8_plan_.build(maxima_, workers);
   int8_sum_.assign(n, 0);
   for (const auto& [slice, buffer] : leaves_) {
-    int8_plan_.encode(slice, buffers_[buffer], int8_sum_);
+    int8_plan_.encode(slice, buffers_[buffer].subspan(begin, n), int8_sum_);
     if (c.work != nullptr) c.work->keep_residual(c.step, slice, buffers_[buffer]);
   }
   if (comm.size() > 1) comm.all_reduce_sum_int8(int8_sum_, options);
-  int8_plan_.decode(int8_sum_, grads);
+  int8_plan_.decode(int8_sum_, grads.subspan(begin, n));
+}
+
+void step_runner::carry_gaps(replica& model, std::span<const gradient_bucket> parts, double lr) {
+  std::size_t at = 0;
+  for (const gradient_bucket& b : parts) {
+    if (b.begin > at) model.apply_update(lr, 0.0, at, b.begin);  // no samples: the state carries over
+    at = std::max(at, b.end);
+  }
+  if (const std::size_t size = model.layout().parameter_size; at < size) model.apply_update(lr, 0.0, at, size);
 }
 
 std::span<const float> step_runner::skip(replica& model) {
@@ -356,8 +372,15 @@ std::span<const float> step_runner::update(replica& model, collective& comm, con
   // A member alone gathers nothing, so no collective can fail after its
   // update: it updates in place (See replica::update_in_place). Nor does a
   // member that holds the whole reduced gradient.
+  const bool whole = parts.size() == 1 && parts[0].begin == 0 && parts[0].end == model.layout().parameter_size;
   if (comm.size() == 1 || reduced_whole) {
-    model.update_in_place(lr, header_[h_samples]);
+    if (whole) {
+      model.update_in_place(lr, header_[h_weight]);
+      return header_;
+    }
+    for (const gradient_bucket& b : parts) model.apply_update(lr, header_[h_weight], b.begin, b.end);
+    carry_gaps(model, parts, lr);
+    model.finish_step();
     return header_;
   }
   if (comm.gathers_gradients() || gather_gradients_) {
@@ -368,13 +391,14 @@ std::span<const float> step_runner::update(replica& model, collective& comm, con
     for (const gradient_bucket& b : parts) gather_parts_.push_back(grads.subspan(b.begin, b.size()));
     comm.all_gather(gather_parts_, options);
     progress.mark(device_phase::optimizer, step);
-    for (const gradient_bucket& b : parts) model.apply_update(lr, header_[h_samples], b.begin, b.begin + b.size());
+    for (const gradient_bucket& b : parts) model.apply_update(lr, header_[h_weight], b.begin, b.begin + b.size());
+    if (!whole) carry_gaps(model, parts, lr);
     model.finish_step();
     return header_;
   }
   for (const gradient_bucket& b : parts) {
     const auto [begin, end] = comm.chunk(b.size(), comm.rank());
-    model.apply_update(lr, header_[h_samples], b.begin + begin, b.begin + end);
+    model.apply_update(lr, header_[h_weight], b.begin + begin, b.begin + end);
   }
   progress.mark(device_phase::collective, step);
   gather_parts_.clear();  // keeps its capacity

@@ -60,7 +60,9 @@ struct injected_failure : std::runtime_error {
 // Slots of the step header all-reduced before the gradients: samples, loss sum
 // and correct count summed over members, then each member's compute time,
 // sample count and returned count in its own slot.
-enum header_slot : std::size_t { h_samples = 0, h_loss = 1, h_correct = 2, h_nonfinite = 3, h_members = 4 };
+// h_weight: what the update divides the reduced sum by (the samples, or the
+// round modes' weights, See Note [Fragments]).
+enum header_slot : std::size_t { h_samples = 0, h_loss = 1, h_correct = 2, h_nonfinite = 3, h_weight = 4, h_members = 5 };
 
 class step_runner {
  public:
@@ -79,6 +81,7 @@ class step_runner {
     std::int64_t step = 0;
     device_progress* progress = nullptr;  // the member's (See Note [Progress-based hang detection])
     slice_work* work = nullptr;           // compute_slices's
+    double weight = -1.0;                 // what the update divides by; negative: the samples (See slice_work::last_weight)
   };
 
   // `faults` are this device's injected faults (fail, hang, slow, jitter);
@@ -126,6 +129,9 @@ class step_runner {
   // agrees on, and exchanged as int8 sums; each slice's residual goes back to
   // its slice_work.
   void set_int8_codec(bool on) noexcept { int8_ = on; }
+  // sync.fragments (See Note [Fragments]): step s reduces and updates only
+  // fragment s mod P of the parameters; the rest of the state carries over.
+  void set_fragments(std::int64_t p) noexcept { fragments_ = std::max<std::int64_t>(1, p); }
 
   // The buckets planned for `model` (planned on first use).
   std::span<const gradient_bucket> buckets(const replica& model);
@@ -162,7 +168,11 @@ class step_runner {
   // A step not applied (See Note [Non-finite steps]).
   std::span<const float> skip(replica& model);
   // The int8 codec's exchange: the reduced sum lands whole in `grads`.
-  void exchange_int8(const computed& c, std::span<float> grads, collective& comm, const collective_options& options);
+  void exchange_int8(const computed& c, std::size_t begin, std::size_t end, std::span<float> grads, collective& comm,
+                     const collective_options& options);
+  // Where `parts` leave gaps in the parameter section, the state carries
+  // over into the pending state (See Note [Fragments]).
+  static void carry_gaps(replica& model, std::span<const gradient_bucket> parts, double lr);
   // The buffers of the slices or nodes this member holds.
   std::vector<std::size_t> held_buffers() const;
   std::span<const float> reduce_header(const computed& c, std::size_t returned, collective& comm,
@@ -199,6 +209,8 @@ class step_runner {
   nonfinite_policy nonfinite_ = nonfinite_policy::stop;
   bool gather_gradients_ = false;
   bool int8_ = false;
+  std::int64_t fragments_ = 1;
+  gradient_bucket fragment_;  // the step's fragment as one part
   // The int8 codec's: the slices held apart (slice, buffer), the workers'
   // block maxima, the plan and the int8 sum.
   std::vector<std::pair<std::size_t, std::size_t>> leaves_;

@@ -2,12 +2,18 @@
 """Low-communication rounds (issue "local SGD, DiLoCo ...", acceptance 1):
 the default job (Fashion-MNIST MLP, 15 epochs) on 2 CPU replicas with
 K = 4 logical workers, every_step against diloco at H = 4, 16 and 64 and
-local_sgd at H = 16, and diloco with the int8 codec at H = 16 and 64: final test accuracy (median over 3 seeds: a reproducible
+local_sgd at H = 16, diloco with the int8 codec at H = 16 and 64, and streaming
+diloco (4 fragments) at H = 16: final test accuracy (median over 3 seeds: a reproducible
 run gives the same bytes every time, so the spread is the seed's) and the
 bytes the collectives sent (the summary's, See Note [Bytes sent]). Writes the
 table to stdout and the accuracy-against-bytes curves (seed 42) as an SVG.
 
     bench/rounds_bench.py [--dpactor build/bin/dpactor] [--seeds 42,43,44] [--epochs 15] [--svg docs/perf/rounds.svg]
+                          [--only "diloco H=16,diloco H=16 P=4"] [--set straggler.policy=\"none\"]
+
+The last two columns: the most bytes one collective call sent (the
+summary's largest_send) and the most bytes one step's exchange sent over all
+devices (from the step events).
 
 Standard library only; no PyTorch needed.
 """
@@ -30,28 +36,32 @@ CASES = [
     ("local_sgd H=16", ["sync.mode=\"local_sgd\"", "sync.every=16"]),
     ("diloco H=16 int8", ["sync.mode=\"diloco\"", "sync.every=16", "sync.codec=\"int8\""]),
     ("diloco H=64 int8", ["sync.mode=\"diloco\"", "sync.every=64", "sync.codec=\"int8\""]),
+    ("diloco H=16 P=4", ["sync.mode=\"diloco\"", "sync.every=16", "sync.fragments=4"]),
+    ("diloco H=16 P=4 int8", ["sync.mode=\"diloco\"", "sync.every=16", "sync.fragments=4", "sync.codec=\"int8\""]),
 ]
 
 
-def run(dpactor, sets, seed, epochs):
+def run(dpactor, sets, seed, epochs, extra):
     with tempfile.TemporaryDirectory() as tmp:
         metrics = os.path.join(tmp, "m.jsonl")
         cmd = [dpactor, "--model", os.path.join(ROOT, "configs/mlp.cfg"), "--quiet", "--cpus", "2",
                "--metrics", metrics, "--set", 'train.checkpoint_dir=""', "--set", "train.log_every=1",
                "--set", f"train.seed={seed}", "--set", f"train.epochs={epochs}", "--set", "sync.workers=4"]
-        for s in sets:
+        for s in sets + extra:
             cmd += ["--set", s]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             sys.exit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr}")
         records = [json.loads(line) for line in open(metrics)]
     summary = next(r for r in records if r["event"] == "summary")
-    curve, sent = [], 0
+    curve, sent, peak = [], 0, 0
     for r in records:
         if r["event"] == "step":
+            peak = max(peak, r["bytes_sent"] - sent)  # one exchange, all devices (log_every = 1)
             sent = r["bytes_sent"]
         elif r["event"] == "epoch":
             curve.append((sent, r["test_accuracy"]))
+    summary["peak_step_bytes"] = peak
     return summary, curve
 
 
@@ -91,26 +101,35 @@ def main():
     p.add_argument("--seeds", default="42,43,44")
     p.add_argument("--epochs", type=int, default=15)
     p.add_argument("--svg", default=os.path.join(ROOT, "docs/perf/rounds.svg"))
+    p.add_argument("--only", default="", help="comma-separated case names to run (default: all); the first is the base")
+    p.add_argument("--set", action="append", default=[], help="a config override for every case, e.g. straggler.policy=\"none\"")
     a = p.parse_args()
+    cases = CASES if not a.only else [c for name in a.only.split(",") for c in CASES if c[0] == name]
     seeds = [int(s) for s in a.seeds.split(",")]
     rows, curves = [], {}
-    for name, sets in CASES:
-        accs, sent = [], []
+    for name, sets in cases:
+        accs, sent, largest, peak = [], [], [], []
         for seed in seeds:
-            summary, curve = run(a.dpactor, sets, seed, a.epochs)
+            summary, curve = run(a.dpactor, sets, seed, a.epochs, a.set)
             accs.append(summary["test_accuracy"])
             sent.append(summary["bytes_sent"])
+            largest.append(summary["largest_send"])
+            peak.append(summary["peak_step_bytes"])
             if seed == seeds[0]:
                 curves[name] = curve
-        rows.append((name, statistics.median(accs), accs, statistics.median(sent)))
-        print(f"{name}: accuracy {accs} bytes {sent}", file=sys.stderr, flush=True)
+        rows.append((name, statistics.median(accs), accs, statistics.median(sent), statistics.median(largest),
+                     statistics.median(peak)))
+        print(f"{name}: accuracy {accs} bytes {sent} largest call {largest} largest exchange {peak}", file=sys.stderr,
+              flush=True)
     base_acc, base_bytes = rows[0][1], rows[0][3]
-    print(f"{len(seeds)} seeds ({a.seeds}), {a.epochs} epochs, 2 CPU replicas, K = 4 logical workers\n")
-    print("| mode | test accuracy (median) | vs every_step | MB sent (median) | fewer bytes |")
-    print("| --- | --- | --- | --- | --- |")
-    for name, acc, accs, sent in rows:
+    print(f"{len(seeds)} seeds ({a.seeds}), {a.epochs} epochs, 2 CPU replicas, K = 4 logical workers"
+          f"{', ' + ', '.join(a.set) if a.set else ''}\n")
+    print(f"| mode | test accuracy (median) | vs {rows[0][0]} | MB sent (median) | fewer bytes "
+          "| largest call, KB | largest exchange, KB |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for name, acc, accs, sent, largest, peak in rows:
         print(f"| {name} | {acc:.4f} ({', '.join(f'{x:.4f}' for x in accs)}) | {100 * (acc - base_acc):+.2f} points "
-              f"| {sent / 1e6:.1f} | {base_bytes / sent:.1f}x |")
+              f"| {sent / 1e6:.1f} | {base_bytes / sent:.1f}x | {largest / 1e3:.0f} | {peak / 1e3:.0f} |")
     svg(curves, a.svg)
     print(f"\ncurves: {os.path.relpath(a.svg, ROOT)}")
 

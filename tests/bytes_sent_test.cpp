@@ -77,9 +77,9 @@ TEST(BytesSent, EachCallCountsWhatLeavesTheRankInAReduceScatterAndAllGather) {
 // A run's total: `exchanges` calls of `per_exchange` floats summed over the
 // members, plus the first generation's broadcast of the state.
 TEST(BytesSent, ARunsSummaryIsTheSumOfItsExchangesAndTheFirstBroadcast) {
-  // 2 members, each step's header of 4 + 3 x 2 floats (train/step_runner.hpp)
+  // 2 members, each step's header of 5 + 3 x 2 floats (train/step_runner.hpp)
   // all-reduced: over both members, 4 (h - c0 + c1 + h - c1 + c0) = 8h bytes.
-  const std::uint64_t header = 4 + 3 * 2;
+  const std::uint64_t header = 5 + 3 * 2;
   {
     SCOPED_TRACE("every_step: the tree's reduce-scatter of the gradients, then the state's all-gather");
     job_config c = testing::small_job(2, 64, 512);  // 8 steps; two slices a step, one each
@@ -122,6 +122,58 @@ TEST(BytesSent, ARunsSummaryIsTheSumOfItsExchangesAndTheFirstBroadcast) {
       largest = std::max<std::uint64_t>({largest, e - b, p - (e - b)});
     }
     EXPECT_EQ(static_cast<std::uint64_t>(s.largest_send), 4 * largest);
+  }
+  {
+    SCOPED_TRACE("diloco, int8: the workers' block maxima, then one byte a value both ways");
+    job_config c = testing::small_job(2, 64, 1024);
+    c.sync.mode = sync_mode::diloco;
+    c.sync.workers = 4;
+    c.sync.every = 4;
+    c.sync.codec = sync_codec::int8;
+    Engine engine(c);
+    engine.start();
+    const run_summary s = engine.wait();
+    ASSERT_EQ(s.steps, 4);
+    optimizer_config outer;
+    outer.nesterov = true;
+    outer.momentum = 0.9;
+    const state_layout layout = make_state_layout(c.model, outer);
+    const std::uint64_t p = layout.parameter_size;
+    const std::uint64_t blocks = (p + 4095) / 4096;  // a scale per 4,096 values (Note [Int8 pseudo-gradients])
+    // The maxima: 4 workers x blocks floats all-reduced (8 bytes a float over
+    // both members); the int8 all-reduce: p - c0 + c0 + p - c1 + c1 = 2p.
+    const std::uint64_t per_round = 8 * header + 8 * 4 * blocks + 2 * p;
+    EXPECT_EQ(static_cast<std::uint64_t>(s.bytes_sent), 4 * per_round + 4 * layout.total_size());
+  }
+  {
+    SCOPED_TRACE("diloco, 2 fragments: each step a half of the parameters");
+    job_config c = testing::small_job(2, 64, 1024);
+    c.sync.mode = sync_mode::diloco;
+    c.sync.workers = 4;
+    c.sync.every = 4;
+    c.sync.fragments = 2;  // 8 steps of 2 inner steps, 128 samples
+    Engine engine(c);
+    engine.start();
+    const run_summary s = engine.wait();
+    ASSERT_EQ(s.steps, 8);
+    optimizer_config outer;
+    outer.nesterov = true;
+    outer.momentum = 0.9;
+    const state_layout layout = make_state_layout(c.model, outer);
+    const std::uint64_t p = layout.parameter_size;
+    const std::uint64_t halves[2] = {p / 2, p - p / 2};  // fragment f: [f p / 2, (f + 1) p / 2)
+    std::uint64_t total = 4 * layout.total_size(), largest = 0;
+    const auto probe = make_local_group(2)->endpoint(0);
+    for (int step = 0; step < 8; ++step) {
+      const std::uint64_t q = halves[step % 2];
+      total += 8 * header + 4 * q + 4 * q;
+      for (int r = 0; r < 2; ++r) {
+        const auto [b, e] = probe->chunk(q, r);
+        largest = std::max<std::uint64_t>({largest, e - b, q - (e - b)});
+      }
+    }
+    EXPECT_EQ(static_cast<std::uint64_t>(s.bytes_sent), total);
+    EXPECT_EQ(static_cast<std::uint64_t>(s.largest_send), 4 * largest) << "a call sends a half of plain diloco's";
   }
 }
 

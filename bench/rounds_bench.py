@@ -54,10 +54,14 @@ def run(dpactor, sets, seed, epochs, extra):
             sys.exit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr}")
         records = [json.loads(line) for line in open(metrics)]
     summary = next(r for r in records if r["event"] == "summary")
-    curve, sent, peak = [], 0, 0
+    curve, sent, peak, first = [], 0, 0, True
     for r in records:
         if r["event"] == "step":
-            peak = max(peak, r["bytes_sent"] - sent)  # one exchange, all devices (log_every = 1)
+            # One exchange over all devices (log_every = 1); the first step's
+            # also holds the generation's broadcast of the state.
+            if not first:
+                peak = max(peak, r["bytes_sent"] - sent)
+            first = False
             sent = r["bytes_sent"]
         elif r["event"] == "epoch":
             curve.append((sent, r["test_accuracy"]))

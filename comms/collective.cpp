@@ -1,6 +1,7 @@
 #include "comms/collective.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -59,6 +60,31 @@ void collective::all_reduce_sum_int8(std::span<std::int8_t> data, const collecti
                                                             " does not fit in int8");
     data[i] = static_cast<std::int8_t>(wide[i]);
   }
+}
+
+namespace {
+float widen_bf16(std::uint16_t b) { return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16); }
+}  // namespace
+
+void collective::reduce_scatter_tree_bf16(std::size_t slices, std::span<const tree_part_bf16> parts, std::span<float> out,
+                                          const collective_options& options) {
+  std::vector<std::vector<float>> wide(parts.size());
+  std::vector<tree_part> as_floats;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    wide[i].resize(parts[i].data.size());
+    std::transform(parts[i].data.begin(), parts[i].data.end(), wide[i].begin(), widen_bf16);
+    as_floats.push_back({parts[i].node, wide[i]});
+  }
+  reduce_scatter_tree(slices, as_floats, out, options);
+}
+
+void collective::all_gather_bf16(std::span<std::uint16_t> data, const collective_options& options) {
+  if (size() == 1) return;
+  std::vector<float> wide(data.size());
+  std::transform(data.begin(), data.end(), wide.begin(), widen_bf16);
+  const std::span<float> one[] = {wide};
+  all_gather(one, options);
+  for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(wide[i]) >> 16);
 }
 
 }  // namespace dpactor

@@ -52,6 +52,13 @@ struct tree_part {
   std::span<float> data;
 };
 
+// The same in bf16 (the upper 16 bits of a float): the bf16 codec's leaves
+// (See Note [Bf16 pseudo-gradients], train/bf16_codec.hpp).
+struct tree_part_bf16 {
+  std::uint32_t node = 0;
+  std::span<const std::uint16_t> data;
+};
+
 struct collective_options {
   std::chrono::milliseconds timeout = default_collective_timeout;
   // If set: when the call is still waiting for other ranks at late_at, the
@@ -119,6 +126,18 @@ class collective {
   // Backends that move one byte a value say so in moves_int8().
   virtual void all_reduce_sum_int8(std::span<std::int8_t> data, const collective_options& options);
   virtual bool moves_int8() const noexcept { return false; }
+
+  // The bf16 codec's exchange (See Note [Bf16 pseudo-gradients]):
+  // reduce_scatter_tree over parts held in bf16, each value widened to its
+  // float exactly, so this rank's chunk of `out` is bitwise what
+  // reduce_scatter_tree gives for the widened parts; then all_gather_bf16
+  // copies every rank's chunk of a bf16 buffer to the others. The defaults
+  // widen to floats and call the float operations: four bytes a value on the
+  // wire. Backends that move two say so in moves_bf16().
+  virtual void reduce_scatter_tree_bf16(std::size_t slices, std::span<const tree_part_bf16> parts, std::span<float> out,
+                                        const collective_options& options);
+  virtual void all_gather_bf16(std::span<std::uint16_t> data, const collective_options& options);
+  virtual bool moves_bf16() const noexcept { return false; }
 
   // Whether the members of a step should gather the reduced gradients and
   // each update the whole state, rather than update their own chunk and

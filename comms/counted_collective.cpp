@@ -35,6 +35,20 @@ void counted_collective::all_reduce_sum_int8(std::span<std::int8_t> data, const 
   counter_.add(scatter_bytes(data.size(), width) + gather_bytes(data.size(), width));
 }
 
+void counted_collective::reduce_scatter_tree_bf16(std::size_t slices, std::span<const tree_part_bf16> parts,
+                                                  std::span<float> out, const collective_options& options) {
+  inner_->reduce_scatter_tree_bf16(slices, parts, out, options);
+  const std::uint64_t width = inner_->moves_bf16() ? 2 : 4;
+  std::uint64_t bytes = 0;
+  for (const auto& p : parts) bytes += scatter_bytes(p.data.size(), width);
+  counter_.add(bytes);
+}
+
+void counted_collective::all_gather_bf16(std::span<std::uint16_t> data, const collective_options& options) {
+  inner_->all_gather_bf16(data, options);
+  counter_.add(gather_bytes(data.size(), inner_->moves_bf16() ? 2 : 4));
+}
+
 void counted_collective::reduce_scatter_sum(std::span<float> data, const collective_options& options) {
   inner_->reduce_scatter_sum(data, options);
   counter_.add(scatter_bytes(data.size()));

@@ -10,7 +10,8 @@
 // both; broadcast sends the buffer to each of the m - 1 others from the root;
 // reduce_scatter_tree sends, of each tree node this rank holds, the chunks
 // the others own; all_reduce_sum_int8 is all_reduce_sum's volumes at one
-// byte a value (four where the backend widens them to floats). A rank alone
+// byte a value (four where the backend widens them to floats), and the bf16
+// tree reduce-scatter and all-gather two. A rank alone
 // sends nothing. Four bytes a float; the
 // rendezvous and CAF's control messages are not counted. The device's
 // counter lives in its device_control, so it adds up across generations, and
@@ -54,6 +55,11 @@ class counted_collective final : public collective {
   // One byte a value where the backend moves int8, else four (it widens).
   void all_reduce_sum_int8(std::span<std::int8_t> data, const collective_options& options) override;
   bool moves_int8() const noexcept override { return inner_->moves_int8(); }
+  // Two bytes a value where the backend moves bf16, else four.
+  void reduce_scatter_tree_bf16(std::size_t slices, std::span<const tree_part_bf16> parts, std::span<float> out,
+                                const collective_options& options) override;
+  void all_gather_bf16(std::span<std::uint16_t> data, const collective_options& options) override;
+  bool moves_bf16() const noexcept override { return inner_->moves_bf16(); }
   bool gathers_gradients() const noexcept override { return inner_->gathers_gradients(); }
   bool overlaps_compute() const noexcept override { return inner_->overlaps_compute(); }
   void start_reduce_scatter(std::span<float> data, void* after) override;

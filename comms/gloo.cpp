@@ -5,6 +5,7 @@
 #include <gloo/transport/unbound_buffer.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -85,6 +86,41 @@ class gloo_endpoint final : public collective {
     });
   }
   bool moves_int8() const noexcept override { return true; }
+
+  // As reduce_scatter_tree, two bytes a value: each part's chunk c goes to
+  // rank c as bf16, which widens and evaluates the tree there.
+  void reduce_scatter_tree_bf16(std::size_t slices, std::span<const tree_part_bf16> parts, std::span<float> out,
+                                const collective_options& options) override {
+    extras_.clear();
+    for (const tree_part_bf16& p : parts) {
+      if (p.data.size() != out.size())
+        fail(collective_errc::mismatch, "reduce_scatter_tree_bf16: a part of node " + std::to_string(p.node) + " has " +
+                                            std::to_string(p.data.size()) + " values, not " + std::to_string(out.size()));
+      extras_.push_back(p.node);
+    }
+    if (group_->size == 1) {
+      bf16_tree_sum(slices, parts, out, clock_type::time_point::max());
+      return;
+    }
+    call(op::reduce_scatter_tree_bf16, out.size(), slices, extras_, options,
+         [&](clock_type::time_point deadline) { bf16_tree_sum(slices, parts, out, deadline); });
+  }
+
+  void all_gather_bf16(std::span<std::uint16_t> data, const collective_options& options) override {
+    call(op::all_gather_bf16, data.size(), 0, {}, options, [&](clock_type::time_point deadline) {
+      const int n = group_->size;
+      auto* bytes = reinterpret_cast<std::byte*>(data.data());
+      const auto [begin, end] = chunk(data.size(), rank_);
+      for (int peer = 0; peer < n; ++peer) {
+        if (peer == rank_) continue;
+        const auto [pb, pe] = chunk(data.size(), peer);
+        post_bytes(ops_, bytes + 2 * pb, 2 * (pe - pb), peer, gather_slot, false);
+        post_bytes(ops_, bytes + 2 * begin, 2 * (end - begin), peer, gather_slot, true);
+      }
+      finish(ops_, deadline);
+    });
+  }
+  bool moves_bf16() const noexcept override { return true; }
 
   // See Note [Summation tree] and Note [Gloo sums like the local backend].
   void reduce_scatter_tree(std::size_t slices, std::span<const tree_part> parts, std::span<float> out,
@@ -431,6 +467,59 @@ class gloo_endpoint final : public collective {
     evaluate(tree, 0, len, out.data() + begin);
   }
 
+  // reduce_scatter_tree_bf16's payload: as tree_sum, with bf16 chunks
+  // widened on arrival.
+  void bf16_tree_sum(std::size_t slices, std::span<const tree_part_bf16> parts, std::span<float> out,
+                     clock_type::time_point deadline) {
+    const int n = group_->size;
+    const summation_tree tree(slices);
+    const auto [begin, end] = chunk(out.size(), rank_);
+    const std::size_t len = n == 1 ? out.size() : end - begin;
+    const std::size_t first = n == 1 ? 0 : begin;
+    nodes_.clear();
+    std::size_t foreign = 0;
+    for (int k = 0; k < n; ++k)
+      if (k != rank_) foreign += static_cast<std::size_t>(gloo_header::extra_count(header_in_storage_.data() + static_cast<std::size_t>(k) * gloo_header::capacity));
+    staging_bf16_.resize(foreign * len);
+    // Every rank's nodes in rank order; the others' chunks arrive staged.
+    std::vector<std::pair<const std::uint16_t*, bool>> sources;  // (chunk, own part)
+    std::size_t next = 0;
+    for (int k = 0; k < n; ++k) {
+      if (k == rank_) {
+        for (const tree_part_bf16& p : parts) {
+          nodes_.push_back(p.node);
+          sources.emplace_back(p.data.data() + first, true);
+        }
+        continue;
+      }
+      const std::uint64_t* h = header_in_storage_.data() + static_cast<std::size_t>(k) * gloo_header::capacity;
+      const std::size_t from = next;
+      for (std::uint64_t i = 0; i < gloo_header::extra_count(h); ++i) {
+        nodes_.push_back(static_cast<std::uint32_t>(gloo_header::extra(h, i)));
+        sources.emplace_back(staging_bf16_.data() + next * len, false);
+        ++next;
+      }
+      for (std::size_t i = from; i < next; ++i)
+        post_bytes(ops_, reinterpret_cast<std::byte*>(staging_bf16_.data() + i * len), 2 * len, k, tree_slot, false);
+    }
+    for (const tree_part_bf16& p : parts)
+      for (int peer = 0; peer < n; ++peer) {
+        if (peer == rank_) continue;
+        const auto [pb, pe] = chunk(out.size(), peer);
+        post_bytes(ops_, reinterpret_cast<std::byte*>(const_cast<std::uint16_t*>(p.data.data() + pb)), 2 * (pe - pb), peer,
+                   tree_slot, true);
+      }
+    finish(ops_, deadline);
+    widened_.resize(sources.size() * len);
+    part_data_.clear();
+    for (std::size_t i = 0; i < sources.size(); ++i) {
+      float* to = widened_.data() + i * len;
+      for (std::size_t j = 0; j < len; ++j) to[j] = std::bit_cast<float>(static_cast<std::uint32_t>(sources[i].first[j]) << 16);
+      part_data_.push_back(to);
+    }
+    evaluate(tree, 0, len, out.data() + first);
+  }
+
   // Plans the tree over nodes_ and evaluates [begin, end) of part_data_'s
   // pointers into out.
   void evaluate(const summation_tree& tree, std::size_t begin, std::size_t end, float* out) {
@@ -454,6 +543,8 @@ class gloo_endpoint final : public collective {
   std::vector<std::uint64_t> extras_;
   std::vector<float> staging_;
   std::vector<const float*> parts_;
+  std::vector<std::uint16_t> staging_bf16_;  // reduce_scatter_tree_bf16's
+  std::vector<float> widened_;
   std::vector<std::int8_t> staging_int8_;  // all_reduce_sum_int8's
   std::vector<const std::int8_t*> int8_parts_;
   std::vector<posted> ops_;  // the call's payload operations

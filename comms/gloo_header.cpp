@@ -13,6 +13,8 @@ const char* op_name(std::uint64_t o) {
     case op::barrier: return "barrier";
     case op::reduce_scatter_tree: return "reduce_scatter_tree";
     case op::all_reduce_int8: return "all_reduce_int8";
+    case op::reduce_scatter_tree_bf16: return "reduce_scatter_tree_bf16";
+    case op::all_gather_bf16: return "all_gather_bf16";
   }
   return "unknown operation";
 }
@@ -29,7 +31,8 @@ std::size_t write(std::span<std::uint64_t> out, op o, std::uint64_t size, std::u
 }
 
 std::string mismatch(const std::uint64_t* mine, const std::uint64_t* theirs, int peer, int rank) {
-  const bool per_rank_extras = mine[1] == static_cast<std::uint64_t>(op::reduce_scatter_tree);
+  const bool per_rank_extras = mine[1] == static_cast<std::uint64_t>(op::reduce_scatter_tree) ||
+                               mine[1] == static_cast<std::uint64_t>(op::reduce_scatter_tree_bf16);
   // The tree's root count sits in `root`; its extras are each rank's own.
   const std::size_t compared = per_rank_extras ? fixed_words - 1 : fixed_words + extra_count(mine);
   const bool same = theirs[0] == magic && extra_count(theirs) <= max_extras &&
@@ -42,7 +45,11 @@ std::string mismatch(const std::uint64_t* mine, const std::uint64_t* theirs, int
 
 std::string describe(const std::uint64_t* h) {
   if (h[0] != magic) return "something that is not a dpactor collective";
-  const char* unit = h[1] == static_cast<std::uint64_t>(op::all_reduce_int8) ? " int8 values" : " floats";
+  const char* unit = h[1] == static_cast<std::uint64_t>(op::all_reduce_int8)            ? " int8 values"
+                     : h[1] == static_cast<std::uint64_t>(op::reduce_scatter_tree_bf16) ||
+                               h[1] == static_cast<std::uint64_t>(op::all_gather_bf16)
+                         ? " bf16 values"
+                         : " floats";
   std::string s = std::string(op_name(h[1])) + " with " + std::to_string(h[2]) + unit + " (root " + std::to_string(h[3]) + ")";
   if (h[1] == static_cast<std::uint64_t>(op::all_gather)) {
     s += ", buffer sizes";

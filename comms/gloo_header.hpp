@@ -24,6 +24,8 @@ enum class op : std::uint64_t {
   barrier,
   reduce_scatter_tree,
   all_reduce_int8,
+  reduce_scatter_tree_bf16,
+  all_gather_bf16,
 };
 
 // "all_reduce", ..., or "unknown operation".

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <span>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,7 +40,8 @@ struct shared_state {
         sizes(static_cast<std::size_t>(n)),
         roots(static_cast<std::size_t>(n)),
         gathers(static_cast<std::size_t>(n)),
-        tree_parts(static_cast<std::size_t>(n)) {}
+        tree_parts(static_cast<std::size_t>(n)),
+        bf16_parts(static_cast<std::size_t>(n)) {}
   const int ranks;
   const local_group_options options;
   spin_barrier barrier;
@@ -49,6 +52,7 @@ struct shared_state {
   std::vector<int> roots;
   std::vector<std::span<const std::span<float>>> gathers;  // all_gather's buffer lists
   std::vector<std::span<const tree_part>> tree_parts;      // reduce_scatter_tree's
+  std::vector<std::span<const tree_part_bf16>> bf16_parts;  // reduce_scatter_tree_bf16's
 };
 
 // See Note [Posted memory outlives an abort]. No return is safe: the caller
@@ -183,6 +187,70 @@ class local_endpoint final : public collective {
   }
   bool moves_int8() const noexcept override { return true; }
 
+  // As reduce_scatter_tree: each rank widens its chunk of every rank's bf16
+  // parts and evaluates the tree over it. Its "root" is the slice count,
+  // negated, and less one: no other call posts it.
+  void reduce_scatter_tree_bf16(std::size_t slices, std::span<const tree_part_bf16> parts, std::span<float> out,
+                                const collective_options& options) override {
+    const summation_tree tree(slices);
+    const auto evaluate = [&](std::span<const std::span<const tree_part_bf16>> ranks, std::size_t begin,
+                              std::size_t end) -> std::string {
+      part_nodes_.clear();
+      for (const auto& rank_parts : ranks)
+        for (const tree_part_bf16& p : rank_parts) {
+          if (p.data.size() != out.size())
+            return "a part of node " + std::to_string(p.node) + " has " + std::to_string(p.data.size()) +
+                   " values, not " + std::to_string(out.size());
+          part_nodes_.push_back(p.node);
+        }
+      try {
+        plan_.build(tree, part_nodes_);
+      } catch (const std::invalid_argument& e) {
+        return e.what();
+      }
+      const std::size_t len = end - begin;
+      widened_.resize(part_nodes_.size() * len);
+      part_data_.clear();
+      std::size_t i = 0;
+      for (const auto& rank_parts : ranks)
+        for (const tree_part_bf16& p : rank_parts) {
+          float* to = widened_.data() + i++ * len;
+          for (std::size_t j = 0; j < len; ++j)
+            to[j] = std::bit_cast<float>(static_cast<std::uint32_t>(p.data[begin + j]) << 16);
+          part_data_.push_back(to);
+        }
+      plan_.run(part_data_.data(), 0, len, out.data() + begin);
+      return {};
+    };
+    if (alone()) {
+      if (const std::string problem = evaluate({&parts, 1}, 0, out.size()); !problem.empty())
+        throw error(collective_errc::mismatch, "reduce_scatter_tree_bf16: " + problem);
+      return;
+    }
+    state_->bf16_parts[static_cast<std::size_t>(rank_)] = parts;
+    exchange("reduce_scatter_tree_bf16", out.data(), out.size(), -1 - static_cast<int>(slices), options, [&] {
+      const auto [begin, end] = chunk(out.size(), rank_);
+      return evaluate(state_->bf16_parts, begin, end);
+    });
+  }
+
+  // As all_gather of one buffer, two bytes a value; its "root" is one no
+  // other call posts.
+  void all_gather_bf16(std::span<std::uint16_t> data, const collective_options& options) override {
+    if (alone()) return;
+    exchange("all_gather_bf16", reinterpret_cast<float*>(data.data()), data.size(), std::numeric_limits<int>::min(),
+             options, [&] {
+      for (int k = 0; k < state_->ranks; ++k) {
+        if (k == rank_) continue;
+        const auto [kb, ke] = chunk(data.size(), k);
+        const auto* theirs = reinterpret_cast<const std::uint16_t*>(state_->buffers[static_cast<std::size_t>(k)]);
+        if (ke > kb) std::memcpy(data.data() + kb, theirs + kb, (ke - kb) * sizeof(std::uint16_t));
+      }
+      return std::string();
+    });
+  }
+  bool moves_bf16() const noexcept override { return true; }
+
  private:
   // A group of one has nothing to exchange, but an aborted one still fails.
   bool alone() const {
@@ -279,6 +347,7 @@ class local_endpoint final : public collective {
   std::vector<float*> outs_;
   std::vector<const std::int8_t*> bytes_in_;  // all_reduce_sum_int8's
   std::vector<std::int8_t*> bytes_out_;
+  std::vector<float> widened_;  // reduce_scatter_tree_bf16's: this rank's chunk of every part, as floats
 };
 
 class local_group final : public collective_group {

@@ -55,14 +55,13 @@ void validate_sync(const job_config& c, const std::string& where) {
                        "which commit the survivors of a failure, are not built yet)");
   const auto not_yet = [&](const std::string& key) {
     throw config_error(where + key + " is not built yet in this version: " + mode +
-                       " exchanges every parameter at the end of each round, in fp32 or int8 (docs/async.md)");
+                       " applies each round's exchange in the round that made it (docs/async.md)");
   };
   if (s.every % s.fragments != 0)
     throw config_error(where + "sync.every = " + std::to_string(s.every) + " does not split into sync.fragments = " +
                        std::to_string(s.fragments) + " equal parts: each fragment is exchanged every sync.every inner "
                        "steps, at its own offset of sync.every / sync.fragments");
   if (s.delay > 0) not_yet("sync.delay = 1");
-  if (s.codec == sync_codec::bf16) not_yet("sync.codec = \"bf16\"");
 }
 
 }  // namespace

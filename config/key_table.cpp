@@ -332,8 +332,9 @@ const std::vector<key_spec>& keys() {
                          {{"fp32", sync_codec::fp32}, {"bf16", sync_codec::bf16}, {"int8", sync_codec::int8}},
                          "What the pseudo-gradients travel as: int8 sends one byte a value (a quarter of fp32's), "
                          "with scales every member agrees on so that the sum is exact and the same bytes on any "
-                         "number of devices; each worker keeps what the codec dropped and adds it to its next "
-                         "pseudo-gradient (error feedback). bf16 is not built yet.");
+                         "number of devices; bf16 sends each worker's value rounded to bf16 (two bytes, half of "
+                         "fp32's where a device runs one worker) and gathers the sum in bf16. Each worker keeps what "
+                         "the codec dropped and adds it to its next pseudo-gradient (error feedback).");
     b.integer("workers", [](job_config& c) -> std::int64_t& { return c.sync.workers; }, 0,
               "K logical workers (the unit of the round algorithm: inner model, inner optimizer state and share "
               "of each round's data). 0: one per device at the start. Devices run them, several one after the "

@@ -146,6 +146,27 @@ TEST(BytesSent, ARunsSummaryIsTheSumOfItsExchangesAndTheFirstBroadcast) {
     EXPECT_EQ(static_cast<std::uint64_t>(s.bytes_sent), 4 * per_round + 4 * layout.total_size());
   }
   {
+    SCOPED_TRACE("diloco, bf16, a worker a member: each leaf's chunk and the sum's in two bytes a value");
+    job_config c = testing::small_job(2, 64, 1024);
+    c.sync.mode = sync_mode::diloco;
+    c.sync.workers = 2;
+    c.sync.every = 4;
+    c.sync.codec = sync_codec::bf16;
+    Engine engine(c);
+    engine.start();
+    const run_summary s = engine.wait();
+    ASSERT_EQ(s.steps, 4);
+    optimizer_config outer;
+    outer.nesterov = true;
+    outer.momentum = 0.9;
+    const state_layout layout = make_state_layout(c.model, outer);
+    const std::uint64_t p = layout.parameter_size;
+    // Reduce-scatter: each member sends the other's chunk of its leaf (p
+    // values over both); all-gather: each its chunk of the sum (p over both).
+    const std::uint64_t per_round = 8 * header + 2 * p + 2 * p;
+    EXPECT_EQ(static_cast<std::uint64_t>(s.bytes_sent), 4 * per_round + 4 * layout.total_size());
+  }
+  {
     SCOPED_TRACE("diloco, 2 fragments: each step a half of the parameters");
     job_config c = testing::small_job(2, 64, 1024);
     c.sync.mode = sync_mode::diloco;

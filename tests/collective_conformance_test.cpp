@@ -137,6 +137,7 @@ ON_EVERY_BACKEND(Mismatch);
 ON_EVERY_BACKEND(Abort);
 ON_EVERY_BACKEND(Timeout);
 ON_EVERY_BACKEND(AllReduceInt8);
+ON_EVERY_BACKEND(Bf16);
 
 TEST_P(InexactSums, AreBitwiseIdenticalOnEveryRankAndTheRankOrderSum) {
   REQUIRE_RANKS(1);
@@ -345,6 +346,7 @@ TEST_P(Barrier, HoldsUntilEveryRankArrives) {
 // partial sums stay within int8, any sign; every rank ends with the exact sum,
 // and a rank in a float all-reduce of as many values is a mismatch.
 TEST_P(AllReduceInt8, SumsExactlyOnEveryRankWhateverTheRanks) {
+  REQUIRE_RANKS(1);
   for (int ranks = 1; ranks <= ranks_up_to(5); ++ranks)
     for (const std::size_t size : {std::size_t{1}, std::size_t{13}, std::size_t{4099}}) {
       std::vector<std::vector<std::int8_t>> in(static_cast<std::size_t>(ranks), std::vector<std::int8_t>(size));
@@ -386,6 +388,63 @@ TEST_P(AllReduceInt8, ARankInAFloatAllReduceIsAMismatch) {
     }
   });
   EXPECT_EQ(failed, (std::vector<int>{1, 1}));
+}
+
+// The bf16 codec's exchange (Note [Bf16 pseudo-gradients]): leaves held in
+// bf16 by any ranks reduce to the one device's tree sum of their widened
+// values, bitwise; the gather copies every rank's chunk.
+TEST_P(Bf16, TheTreeOfBf16LeavesIsTheOneDeviceSumOfTheirFloatsAndTheGatherCopiesEveryChunk) {
+  REQUIRE_RANKS(1);
+  std::mt19937_64 gen(5);
+  for (int round = 0; round < 12; ++round) {
+    const int ranks = std::uniform_int_distribution<int>(1, ranks_up_to(4))(gen);
+    const std::size_t slices = std::uniform_int_distribution<std::size_t>(1, 9)(gen);
+    const std::size_t size = std::uniform_int_distribution<std::size_t>(1, 2000)(gen);
+    const std::string where = "round " + std::to_string(round) + ", " + std::to_string(ranks) + " ranks, " +
+                              std::to_string(slices) + " slices, " + std::to_string(size) + " values";
+    // Leaves: values already bf16, as floats and as their upper halves.
+    auto values = testing::slice_values(slices, size, gen());
+    std::vector<std::vector<std::uint16_t>> halves(slices, std::vector<std::uint16_t>(size));
+    for (std::size_t k = 0; k < slices; ++k)
+      for (std::size_t i = 0; i < size; ++i) {
+        std::uint32_t u;
+        std::memcpy(&u, &values[k][i], 4);
+        halves[k][i] = static_cast<std::uint16_t>(u >> 16);
+        u &= 0xffff0000u;
+        std::memcpy(&values[k][i], &u, 4);
+      }
+    const summation_tree tree(slices);
+    const std::vector<float> want = testing::one_device_sum(tree, values, size);
+    std::vector<std::vector<std::size_t>> owned(static_cast<std::size_t>(ranks));
+    for (std::size_t k = 0; k < slices; ++k) owned[std::uniform_int_distribution<std::size_t>(0, owned.size() - 1)(gen)].push_back(k);
+    std::vector<std::vector<float>> got(static_cast<std::size_t>(ranks), std::vector<float>(size));
+    std::vector<std::vector<std::uint16_t>> gathered(static_cast<std::size_t>(ranks), std::vector<std::uint16_t>(size));
+    std::vector<std::pair<std::size_t, std::size_t>> chunks(static_cast<std::size_t>(ranks));
+    run_ranks(backend().make(ranks), [&](int r, collective& c) {
+      std::vector<tree_part_bf16> parts;
+      for (const std::size_t k : owned[static_cast<std::size_t>(r)]) parts.push_back({tree.leaf(k), halves[k]});
+      c.reduce_scatter_tree_bf16(slices, parts, got[static_cast<std::size_t>(r)], collective_options{20s});
+      chunks[static_cast<std::size_t>(r)] = ranks > 1 ? c.chunk(size, r) : std::pair<std::size_t, std::size_t>{0, size};
+      auto& mine = gathered[static_cast<std::size_t>(r)];
+      for (std::size_t i = chunks[static_cast<std::size_t>(r)].first; i < chunks[static_cast<std::size_t>(r)].second; ++i)
+        mine[i] = static_cast<std::uint16_t>(i * 7 + static_cast<std::size_t>(r));
+      c.all_gather_bf16(mine, collective_options{20s});
+    });
+    for (int r = 0; r < ranks; ++r) {
+      const auto [b, e] = chunks[static_cast<std::size_t>(r)];
+      for (std::size_t i = b; i < e; ++i)
+        if (std::memcmp(&got[static_cast<std::size_t>(r)][i], &want[i], sizeof(float)) != 0)
+          FAIL() << where << ": rank " << r << ", first bad index " << i << ": got " << got[static_cast<std::size_t>(r)][i]
+                 << ", want " << want[i];
+    }
+    for (int r = 0; r < ranks; ++r)
+      for (int owner = 0; owner < ranks; ++owner) {
+        const auto [b, e] = chunks[static_cast<std::size_t>(owner)];
+        for (std::size_t i = b; i < e; ++i)
+          if (gathered[static_cast<std::size_t>(r)][i] != static_cast<std::uint16_t>(i * 7 + static_cast<std::size_t>(owner)))
+            FAIL() << where << ": rank " << r << " holds a wrong value at " << i << " of rank " << owner << "'s chunk";
+      }
+  }
 }
 
 TEST_P(Mismatch, DifferentSizesFailOnEveryRankBeforeAnyPayload) {

@@ -8,8 +8,9 @@
 // slices a step) and with slices of 16 (eight a step, so that stealing and
 // uneven trees happen), and on the libtorch replica with the CNN of
 // configs/cnn.cfg (slices of 16, four a step); and in the round modes
-// (local_sgd with the int8 codec: 300 rounds of H = 2; streaming diloco in
-// fp32 with 2 fragments: 300 steps of one inner step; 4 logical workers),
+// (local_sgd with the int8 codec: 300 rounds of H = 2; streaming diloco
+// with the bf16 codec and 2 fragments: 300 steps of one inner step; 4
+// logical workers),
 // whose checkpoints also hold the workers' inner states, residuals and own
 // parameters (workers.safetensors, compared through the resumed runs' final
 // bytes).
@@ -151,7 +152,7 @@ TEST_P(SameBytes, ARunStoppedBySigintAtARandomStepAndResumed) {
 INSTANTIATE_TEST_SUITE_P(Slices, SameBytes,
                          ::testing::Values(job_case{"mlp", 64}, job_case{"mlp", 16}, job_case{"cnn", 16},
                                            job_case{"mlp", 64, "local_sgd", "int8"},
-                                           job_case{"mlp", 64, "diloco", "fp32", 2}),
+                                           job_case{"mlp", 64, "diloco", "bf16", 2}),
                          [](const auto& info) {
                            if (info.param.mode != "every_step")
                              return info.param.config + "_" + info.param.mode + "_" + info.param.codec +

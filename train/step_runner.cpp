@@ -1,6 +1,7 @@
 #include "train/step_runner.hpp"
 
 #include "train/sample_digest.hpp"
+#include "train/bf16_codec.hpp"
 #include "train/worker_state.hpp"
 
 #include <sys/prctl.h>
@@ -157,7 +158,7 @@ step_runner::computed step_runner::compute_slices(const step_shard& shard, repli
     if (const double w = work != nullptr ? work->last_weight() : -1.0; w >= 0.0) c.weight = std::max(c.weight, 0.0) + w;
     if (slice != 0) clear_buffers(model, buffers_[buffer]);  // See Note [Module buffers]: slice 0's count
     c.digest += sample_digest(slice_rows, train.sequences);
-    if (int8_) leaves_.emplace_back(slice, buffer);  // quantized apart (See Note [Int8 pseudo-gradients])
+    if (keeps_leaves()) leaves_.emplace_back(slice, buffer);  // encoded apart (See Note [Int8 pseudo-gradients])
     else builder_.add_leaf(slice, buffer, buffers_, free_);
     if (slow != nullptr) injected_delay(control, shard.step, (slow->factor - 1.0) * seconds_since(start));
   };
@@ -222,7 +223,7 @@ void step_runner::backward_marker::on_gradients_ready(std::span<float> gradients
 
 std::vector<std::size_t> step_runner::held_buffers() const {
   std::vector<std::size_t> held;
-  if (int8_)
+  if (keeps_leaves())
     for (const auto& [slice, buffer] : leaves_) held.push_back(buffer);
   else
     for (const auto& [node, buffer] : builder_.held()) held.push_back(buffer);
@@ -299,8 +300,9 @@ std::span<const float> step_runner::synchronize(const computed& c, std::size_t r
     const auto f = static_cast<std::size_t>(c.step % fragments_);
     const auto [fb, fe] = fragment_range(grads.size(), static_cast<std::size_t>(fragments_), f);
     fragment_ = {fb, fe, 0};
-    if (int8_) {
-      exchange_int8(c, fb, fe, grads, comm, options);
+    if (int8_ || bf16_) {
+      if (int8_) exchange_int8(c, fb, fe, grads, comm, options);
+      else exchange_bf16(c, fb, fe, grads, comm, options);
       return update(model, comm, options, lr_, {&fragment_, 1}, c.step, progress, /*reduced_whole=*/true);
     }
     parts_.clear();
@@ -348,6 +350,33 @@ void step_runner::exchange_int8(const computed& c, std::size_t begin, std::size_
   }
   if (comm.size() > 1) comm.all_reduce_sum_int8(int8_sum_, options);
   int8_plan_.decode(int8_sum_, grads.subspan(begin, n));
+}
+
+// See Note [Bf16 pseudo-gradients].
+void step_runner::exchange_bf16(const computed& c, std::size_t begin, std::size_t end, std::span<float> grads,
+                                collective& comm, const collective_options& options) {
+  const std::size_t n = end - begin;
+  leaves_bf16_.resize(leaves_.size());
+  parts_bf16_.clear();
+  for (std::size_t l = 0; l < leaves_.size(); ++l) {
+    const auto [slice, buffer] = leaves_[l];
+    const std::span<float> v = buffers_[buffer].subspan(begin, n);
+    auto& rounded = leaves_bf16_[l];
+    rounded.resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      rounded[i] = to_bf16(v[i]);
+      v[i] -= from_bf16(rounded[i]);  // the residual: exact
+    }
+    if (c.work != nullptr) c.work->keep_residual(c.step, slice, buffers_[buffer]);
+    parts_bf16_.push_back({tree_->leaf(slice), rounded});
+  }
+  const std::span<float> sum = grads.subspan(begin, n);
+  comm.reduce_scatter_tree_bf16(tree_->slices(), parts_bf16_, sum, options);
+  const auto [cb, ce] = comm.size() > 1 ? comm.chunk(n, comm.rank()) : std::pair<std::size_t, std::size_t>{0, n};
+  gathered_bf16_.resize(n);
+  for (std::size_t i = cb; i < ce; ++i) gathered_bf16_[i] = to_bf16(sum[i]);
+  if (comm.size() > 1) comm.all_gather_bf16(gathered_bf16_, options);
+  for (std::size_t i = 0; i < n; ++i) sum[i] = from_bf16(gathered_bf16_[i]);
 }
 
 void step_runner::carry_gaps(replica& model, std::span<const gradient_bucket> parts, double lr) {

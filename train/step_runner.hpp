@@ -129,6 +129,9 @@ class step_runner {
   // agrees on, and exchanged as int8 sums; each slice's residual goes back to
   // its slice_work.
   void set_int8_codec(bool on) noexcept { int8_ = on; }
+  // The bf16 codec (See Note [Bf16 pseudo-gradients]): the slices are kept
+  // apart too, rounded to bf16, and reduced as the tree's leaves.
+  void set_bf16_codec(bool on) noexcept { bf16_ = on; }
   // sync.fragments (See Note [Fragments]): step s reduces and updates only
   // fragment s mod P of the parameters; the rest of the state carries over.
   void set_fragments(std::int64_t p) noexcept { fragments_ = std::max<std::int64_t>(1, p); }
@@ -170,6 +173,10 @@ class step_runner {
   // The int8 codec's exchange: the reduced sum lands whole in `grads`.
   void exchange_int8(const computed& c, std::size_t begin, std::size_t end, std::span<float> grads, collective& comm,
                      const collective_options& options);
+  void exchange_bf16(const computed& c, std::size_t begin, std::size_t end, std::span<float> grads, collective& comm,
+                     const collective_options& options);
+  // A codec keeps the slices apart.
+  bool keeps_leaves() const noexcept { return int8_ || bf16_; }
   // Where `parts` leave gaps in the parameter section, the state carries
   // over into the pending state (See Note [Fragments]).
   static void carry_gaps(replica& model, std::span<const gradient_bucket> parts, double lr);
@@ -209,6 +216,10 @@ class step_runner {
   nonfinite_policy nonfinite_ = nonfinite_policy::stop;
   bool gather_gradients_ = false;
   bool int8_ = false;
+  bool bf16_ = false;
+  std::vector<std::vector<std::uint16_t>> leaves_bf16_;  // the bf16 codec's rounded leaves
+  std::vector<tree_part_bf16> parts_bf16_;
+  std::vector<std::uint16_t> gathered_bf16_;
   std::int64_t fragments_ = 1;
   gradient_bucket fragment_;  // the step's fragment as one part
   // The int8 codec's: the slices held apart (slice, buffer), the workers'

@@ -35,6 +35,7 @@ CASES = [
     ("diloco H=64", ["sync.mode=\"diloco\"", "sync.every=64"]),
     ("local_sgd H=16", ["sync.mode=\"local_sgd\"", "sync.every=16"]),
     ("diloco H=16 int8", ["sync.mode=\"diloco\"", "sync.every=16", "sync.codec=\"int8\""]),
+    ("diloco H=16 bf16", ["sync.mode=\"diloco\"", "sync.every=16", "sync.codec=\"bf16\""]),
     ("diloco H=64 int8", ["sync.mode=\"diloco\"", "sync.every=64", "sync.codec=\"int8\""]),
     ("diloco H=16 P=4", ["sync.mode=\"diloco\"", "sync.every=16", "sync.fragments=4"]),
     ("diloco H=16 P=4 int8", ["sync.mode=\"diloco\"", "sync.every=16", "sync.fragments=4", "sync.codec=\"int8\""]),

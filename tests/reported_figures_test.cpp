@@ -3,7 +3,8 @@
 // forward pass over the saved model.safetensors and every test row, written
 // in the test (double precision, no engine kernel), for a job whose test set
 // divides neither by the replicas nor by the micro-batch, on both replica
-// kinds and after a resume.
+// kinds and after a resume; and every field of a checkpoint's trainer.json
+// against what the test computes from the job and the checkpoint's step.
 
 #include <gtest/gtest.h>
 
@@ -14,6 +15,8 @@
 
 #include <dpactor/engine.hpp>
 #include "data/loading.hpp"
+#include "data/sampler.hpp"
+#include "tensors/json.hpp"
 #include "tensors/safetensors.hpp"
 #include "tests/test_support.hpp"
 
@@ -117,6 +120,83 @@ TEST_P(ReportedFigures, AfterAResumeTheyAreStillThoseOfTheSavedModel) {
 }
 
 DPACTOR_ON_BOTH_REPLICAS(ReportedFigures);
+
+// Every field of a checkpoint's trainer.json against what this test computes
+// from the job and the checkpoint's step: `rows` samples, global batch `B`,
+// E steps an epoch, a quiet run (every step handed out before the
+// checkpoint committed).
+void expect_trainer_record(const std::filesystem::path& checkpoint, const job_config& c, std::size_t rows) {
+  SCOPED_TRACE(checkpoint.string());
+  const json j = json::parse(testing::read_text(checkpoint / "trainer.json"));
+  const std::string name = checkpoint.filename().string();  // step-00000012
+  const std::int64_t step = std::stoll(name.substr(5));
+  const auto B = static_cast<std::size_t>(c.train.batch_size);
+  const auto E = static_cast<std::int64_t>((rows + B - 1) / B);
+  // The epoch of the last committed step; an epoch's last step leaves its
+  // epoch complete (the next one has not begun).
+  const std::int64_t epoch = (step - 1) / E;
+  const std::size_t committed = std::min(rows, static_cast<std::size_t>(step - epoch * E) * B);
+  EXPECT_EQ(j.at("step").get<std::int64_t>(), step);
+  EXPECT_EQ(j.at("epoch").get<std::int64_t>(), epoch);
+  EXPECT_EQ(j.at("train_samples").get<std::uint64_t>(), rows);
+  EXPECT_EQ(j.at("rng").at("sampler").at("seed").get<std::uint64_t>(), static_cast<std::uint64_t>(c.train.seed));
+  EXPECT_EQ(j.at("rng").at("sampler").at("shuffle").get<bool>(), c.train.shuffle);
+  EXPECT_FALSE(j.at("data_fingerprint").get<std::string>().empty());
+  EXPECT_NE(j.at("config").get<std::string>().find("batch_size = " + std::to_string(B)), std::string::npos);
+  const json& ledger = j.at("ledger");
+  EXPECT_EQ(ledger.at("epoch").get<std::int64_t>(), epoch);
+  // The ledger: the epoch's order handed out up to the cursor, of which the
+  // front holds what is not committed yet (a step the loader had issued
+  // ahead), in order: exactly the committed samples are behind it.
+  const auto cursor = ledger.at("cursor").get<std::size_t>();
+  const auto front = ledger.at("front").get<std::vector<std::uint32_t>>();
+  ASSERT_LE(cursor, rows);
+  ASSERT_EQ(cursor - front.size(), committed) << "committed samples of epoch " << epoch;
+  const std::vector<std::uint32_t> order =
+      epoch_order(rows, static_cast<std::uint64_t>(c.train.seed), epoch, c.train.shuffle);
+  std::vector<std::uint32_t> pending(order.begin() + static_cast<std::ptrdiff_t>(committed),
+                                     order.begin() + static_cast<std::ptrdiff_t>(cursor));
+  std::vector<std::uint32_t> sorted_front = front;
+  std::sort(pending.begin(), pending.end());
+  std::sort(sorted_front.begin(), sorted_front.end());
+  EXPECT_EQ(sorted_front, pending) << "the front is the handed-out, uncommitted part of the epoch's order";
+}
+
+std::vector<std::filesystem::path> checkpoints_in(const std::filesystem::path& dir) {
+  std::vector<std::filesystem::path> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().filename().string().rfind("step-", 0) == 0) out.push_back(e.path());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST(CheckpointRecord, EveryFieldIsWhatTheJobAndTheStepMakeMidEpochAtItsEndAfterAFailureAndAfterAResume) {
+  testing::scratch_dir dir;
+  job_config c = testing::small_job(2, 64, 960);  // 15 steps an epoch
+  c.train.epochs = 2;
+  c.train.checkpoint_every = 4;  // 4, 8, 12 mid-epoch; 15 (the epoch's end, 16 is 1 into the next)
+  c.train.keep_checkpoints = 0;
+  c.train.checkpoint_dir = (dir / "first").string();
+  {
+    Engine first(c);
+    first.start();
+    ASSERT_EQ(first.wait().steps, 30);
+  }
+  const auto written = checkpoints_in(dir / "first");
+  ASSERT_GE(written.size(), 7u);
+  for (const auto& ckpt : written) expect_trainer_record(ckpt, c, 960);
+  // A failed device, then a resume on 3 devices from a mid-epoch checkpoint.
+  job_config again = c;
+  again.cluster.cpus = 3;
+  again.train.checkpoint_dir = (dir / "resumed").string();
+  again.faults.inject = {"fail:1@17"};
+  Engine resumed(again, testing::resume_from(dir / "first" / "step-00000012"));
+  resumed.start();
+  ASSERT_EQ(resumed.wait().steps, 30);
+  const auto rewritten = checkpoints_in(dir / "resumed");
+  ASSERT_GE(rewritten.size(), 4u);
+  for (const auto& ckpt : rewritten) expect_trainer_record(ckpt, again, 960);
+}
 
 }  // namespace
 }  // namespace dpactor

@@ -1,6 +1,9 @@
 #pragma once
 // The collective interface every backend implements: in-place sum all-reduce
-// over floats, broadcast from a rank, barrier. Every call takes options with a
+// over floats, reduce-scatter and all-gather, the summation tree's
+// reduce-scatter, broadcast from a rank, barrier; and the round modes'
+// codecs' exchanges (int8 sums, bf16 leaves), which a backend may leave to
+// the defaults that widen to floats. Every call takes options with a
 // timeout; abort() may be called from any thread and makes every pending and
 // future call of the group fail fast with collective_error.
 

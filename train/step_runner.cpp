@@ -401,7 +401,11 @@ std::span<const float> step_runner::update(replica& model, collective& comm, con
   // A member alone gathers nothing, so no collective can fail after its
   // update: it updates in place (See replica::update_in_place). Nor does a
   // member that holds the whole reduced gradient.
-  const bool whole = parts.size() == 1 && parts[0].begin == 0 && parts[0].end == model.layout().parameter_size;
+  // The parts cover the parameter section (buckets, or the whole), or leave
+  // gaps where the state carries over (a fragment, See Note [Fragments]).
+  std::size_t covered = 0;
+  for (const gradient_bucket& b : parts) covered += b.size();
+  const bool whole = covered == model.layout().parameter_size;
   if (comm.size() == 1 || reduced_whole) {
     if (whole) {
       model.update_in_place(lr, header_[h_weight]);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <future>
+#include <optional>
+#include <string>
 #include <thread>
 
 
@@ -33,33 +35,35 @@ std::string model_name(const job_config& config, const run_options& options) {
   return options.torch_model ? std::string("the C++ module (run_options::torch_model)") : config.module.path;
 }
 
-// A string key of the [sync] section a checkpoint's run was configured
-// with (its trainer record's config), or `fallback` where the section or
-// key is not there (sync.mode "every_step" and sync.codec "fp32" before
-// they existed).
-std::string checkpoint_sync_value(const std::string& config_toml, const std::string& name, const std::string& fallback) {
+// The text after "name = " on its line in the [sync] section a
+// checkpoint's run was configured with (its trainer record's config), or
+// nothing where the section or key is not there.
+std::optional<std::string> checkpoint_sync_text(const std::string& config_toml, const std::string& name) {
   const auto section = config_toml.find("[sync]\n");
-  if (section == std::string::npos) return fallback;
-  const auto end = config_toml.find("\n[", section + 1);
-  const std::string body = config_toml.substr(section, end == std::string::npos ? std::string::npos : end - section);
-  const std::string key = "\n" + name + " = \"";
-  const auto at = body.find(key);
-  if (at == std::string::npos) return fallback;
-  const auto value = at + key.size();
-  return body.substr(value, body.find('"', value) - value);
-}
-
-// An integer key of the same section, or `fallback`.
-std::int64_t checkpoint_sync_integer(const std::string& config_toml, const std::string& name, std::int64_t fallback) {
-  const auto section = config_toml.find("[sync]\n");
-  if (section == std::string::npos) return fallback;
+  if (section == std::string::npos) return std::nullopt;
   const auto end = config_toml.find("\n[", section + 1);
   const std::string body = config_toml.substr(section, end == std::string::npos ? std::string::npos : end - section);
   const std::string key = "\n" + name + " = ";
   const auto at = body.find(key);
-  if (at == std::string::npos) return fallback;
+  if (at == std::string::npos) return std::nullopt;
+  const auto value = at + key.size();
+  return body.substr(value, body.find('\n', value) - value);
+}
+
+// A string key of it, or `fallback` (sync.mode "every_step" and sync.codec
+// "fp32" before they existed).
+std::string checkpoint_sync_value(const std::string& config_toml, const std::string& name, const std::string& fallback) {
+  const auto text = checkpoint_sync_text(config_toml, name);
+  if (!text || text->size() < 2 || text->front() != '"') return fallback;
+  return text->substr(1, text->find('"', 1) - 1);
+}
+
+// An integer key of it, or `fallback` (sync.fragments 1 before it existed).
+std::int64_t checkpoint_sync_integer(const std::string& config_toml, const std::string& name, std::int64_t fallback) {
+  const auto text = checkpoint_sync_text(config_toml, name);
+  if (!text) return fallback;
   try {
-    return std::stoll(body.substr(at + key.size()));
+    return std::stoll(*text);
   } catch (const std::exception&) {
     return fallback;
   }

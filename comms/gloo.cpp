@@ -82,7 +82,7 @@ class gloo_endpoint final : public collective {
   void all_reduce_sum_int8(std::span<std::int8_t> data, const collective_options& options) override {
     call(op::all_reduce_int8, data.size(), 0, {}, options, [&](clock_type::time_point deadline) {
       scatter_int8(data, deadline);
-      gather_int8(data, deadline);
+      gather_values(reinterpret_cast<std::byte*>(data.data()), data.size(), 1, deadline);
     });
   }
   bool moves_int8() const noexcept override { return true; }
@@ -91,33 +91,14 @@ class gloo_endpoint final : public collective {
   // rank c as bf16, which widens and evaluates the tree there.
   void reduce_scatter_tree_bf16(std::size_t slices, std::span<const tree_part_bf16> parts, std::span<float> out,
                                 const collective_options& options) override {
-    extras_.clear();
-    for (const tree_part_bf16& p : parts) {
-      if (p.data.size() != out.size())
-        fail(collective_errc::mismatch, "reduce_scatter_tree_bf16: a part of node " + std::to_string(p.node) + " has " +
-                                            std::to_string(p.data.size()) + " values, not " + std::to_string(out.size()));
-      extras_.push_back(p.node);
-    }
-    if (group_->size == 1) {
-      bf16_tree_sum(slices, parts, out, clock_type::time_point::max());
-      return;
-    }
+    part_nodes(parts, out.size(), op::reduce_scatter_tree_bf16);
     call(op::reduce_scatter_tree_bf16, out.size(), slices, extras_, options,
          [&](clock_type::time_point deadline) { bf16_tree_sum(slices, parts, out, deadline); });
   }
 
   void all_gather_bf16(std::span<std::uint16_t> data, const collective_options& options) override {
     call(op::all_gather_bf16, data.size(), 0, {}, options, [&](clock_type::time_point deadline) {
-      const int n = group_->size;
-      auto* bytes = reinterpret_cast<std::byte*>(data.data());
-      const auto [begin, end] = chunk(data.size(), rank_);
-      for (int peer = 0; peer < n; ++peer) {
-        if (peer == rank_) continue;
-        const auto [pb, pe] = chunk(data.size(), peer);
-        post_bytes(ops_, bytes + 2 * pb, 2 * (pe - pb), peer, gather_slot, false);
-        post_bytes(ops_, bytes + 2 * begin, 2 * (end - begin), peer, gather_slot, true);
-      }
-      finish(ops_, deadline);
+      gather_values(reinterpret_cast<std::byte*>(data.data()), data.size(), sizeof(std::uint16_t), deadline);
     });
   }
   bool moves_bf16() const noexcept override { return true; }
@@ -125,19 +106,26 @@ class gloo_endpoint final : public collective {
   // See Note [Summation tree] and Note [Gloo sums like the local backend].
   void reduce_scatter_tree(std::size_t slices, std::span<const tree_part> parts, std::span<float> out,
                            const collective_options& options) override {
-    extras_.clear();
-    for (const tree_part& p : parts) {
-      if (p.data.size() != out.size())
-        fail(collective_errc::mismatch, "reduce_scatter_tree: a part of node " + std::to_string(p.node) + " has " +
-                                            std::to_string(p.data.size()) + " floats, not " +
-                                            std::to_string(out.size()));
-      extras_.push_back(p.node);
-    }
+    part_nodes(parts, out.size(), op::reduce_scatter_tree);
     call(op::reduce_scatter_tree, out.size(), slices, extras_, options,
          [&](clock_type::time_point deadline) { tree_sum(slices, parts, out, deadline); });
   }
 
  private:
+  // The tree nodes of a reduce-scatter's parts, into extras_ (the header's);
+  // a part of another length than the output is a mismatch.
+  template <class Part>
+  void part_nodes(std::span<const Part> parts, std::size_t size, op o) {
+    extras_.clear();
+    for (const Part& p : parts) {
+      if (p.data.size() != size)
+        fail(collective_errc::mismatch, std::string(gloo_header::op_name(o)) + ": a part of node " +
+                                            std::to_string(p.node) + " has " + std::to_string(p.data.size()) +
+                                            " values, not " + std::to_string(size));
+      extras_.push_back(p.node);
+    }
+  }
+
   // A whole call: connect on first use, exchange headers, then the payload.
   // Any failure aborts the group (See Note [Gloo sums like the local
   // backend]) and throws collective_error.
@@ -151,7 +139,7 @@ class gloo_endpoint final : public collective {
                                           " buffers or parts, more than " + std::to_string(gloo_header::max_extras));
     // A group of one exchanges nothing; its tree sum is still evaluated.
     if (group_->size == 1) {
-      if (o == op::reduce_scatter_tree) payload(deadline);
+      if (o == op::reduce_scatter_tree || o == op::reduce_scatter_tree_bf16) payload(deadline);
       return;
     }
     // See Note [SIGPIPE without a process-wide disposition].
@@ -368,7 +356,7 @@ class gloo_endpoint final : public collective {
     finish(ops_, deadline);
   }
 
-  // all_reduce_sum_int8's halves: scatter() and gather() on bytes.
+  // all_reduce_sum_int8's first half: scatter() on bytes.
   void scatter_int8(std::span<std::int8_t> data, clock_type::time_point deadline) {
     const int n = group_->size;
     const auto [begin, end] = chunk(data.size(), rank_);
@@ -389,15 +377,15 @@ class gloo_endpoint final : public collective {
     std::int8_t* const sum[] = {data.data() + begin};
     sum_int8(int8_parts_, len, sum);
   }
-  void gather_int8(std::span<std::int8_t> data, clock_type::time_point deadline) {
-    const int n = group_->size;
-    auto* bytes = reinterpret_cast<std::byte*>(data.data());
-    const auto [begin, end] = chunk(data.size(), rank_);
-    for (int peer = 0; peer < n; ++peer) {
+  // All-gather of `count` values of `width` bytes at `data`: each rank's
+  // chunk goes to every other rank.
+  void gather_values(std::byte* data, std::size_t count, std::size_t width, clock_type::time_point deadline) {
+    const auto [begin, end] = chunk(count, rank_);
+    for (int peer = 0; peer < group_->size; ++peer) {
       if (peer == rank_) continue;
-      const auto [pb, pe] = chunk(data.size(), peer);
-      post_bytes(ops_, bytes + pb, pe - pb, peer, gather_slot, false);
-      post_bytes(ops_, bytes + begin, end - begin, peer, gather_slot, true);
+      const auto [pb, pe] = chunk(count, peer);
+      post_bytes(ops_, data + width * pb, width * (pe - pb), peer, gather_slot, false);
+      post_bytes(ops_, data + width * begin, width * (end - begin), peer, gather_slot, true);
     }
     finish(ops_, deadline);
   }
@@ -473,9 +461,8 @@ class gloo_endpoint final : public collective {
                      clock_type::time_point deadline) {
     const int n = group_->size;
     const summation_tree tree(slices);
-    const auto [begin, end] = chunk(out.size(), rank_);
-    const std::size_t len = n == 1 ? out.size() : end - begin;
-    const std::size_t first = n == 1 ? 0 : begin;
+    const auto [first, last] = chunk(out.size(), rank_);  // a group of one: all of it
+    const std::size_t len = last - first;
     nodes_.clear();
     std::size_t foreign = 0;
     for (int k = 0; k < n; ++k)

@@ -74,6 +74,33 @@ TEST(BytesSent, EachCallCountsWhatLeavesTheRankInAReduceScatterAndAllGather) {
   }
 }
 
+// The small job on 2 members in diloco rounds of `every` inner steps over
+// `workers` logical workers, with `codec` and `fragments`.
+job_config diloco_job(std::int64_t workers, std::int64_t every, sync_codec codec = sync_codec::fp32,
+                      std::int64_t fragments = 1) {
+  job_config c = testing::small_job(2, 64, 1024);
+  c.sync.mode = sync_mode::diloco;
+  c.sync.workers = workers;
+  c.sync.every = every;
+  c.sync.codec = codec;
+  c.sync.fragments = fragments;
+  return c;
+}
+
+run_summary run_to_end(const job_config& c) {
+  Engine engine(c);
+  engine.start();
+  return engine.wait();
+}
+
+// The replicas' layout in diloco: the parameters and the outer momentum.
+state_layout outer_layout(const job_config& c) {
+  optimizer_config outer;
+  outer.nesterov = true;
+  outer.momentum = 0.9;
+  return make_state_layout(c.model, outer);
+}
+
 // A run's total: `exchanges` calls of `per_exchange` floats summed over the
 // members, plus the first generation's broadcast of the state.
 TEST(BytesSent, ARunsSummaryIsTheSumOfItsExchangesAndTheFirstBroadcast) {
@@ -98,18 +125,10 @@ TEST(BytesSent, ARunsSummaryIsTheSumOfItsExchangesAndTheFirstBroadcast) {
   }
   {
     SCOPED_TRACE("diloco: the pseudo-gradients' tree reduce-scatter, then their all-gather");
-    job_config c = testing::small_job(2, 64, 1024);
-    c.sync.mode = sync_mode::diloco;
-    c.sync.workers = 4;
-    c.sync.every = 4;  // 4 rounds of 256 samples
-    Engine engine(c);
-    engine.start();
-    const run_summary s = engine.wait();
+    const job_config c = diloco_job(4, 4);  // 4 rounds of 256 samples
+    const run_summary s = run_to_end(c);
     ASSERT_EQ(s.steps, 4);
-    optimizer_config outer;
-    outer.nesterov = true;
-    outer.momentum = 0.9;
-    const state_layout layout = make_state_layout(c.model, outer);
+    const state_layout layout = outer_layout(c);
     const std::uint64_t p = layout.parameter_size;
     const std::uint64_t per_round = 8 * header + 4 * p + 4 * p;  // the gradient is gathered, not the state
     EXPECT_EQ(static_cast<std::uint64_t>(s.bytes_sent), 4 * per_round + 4 * layout.total_size());
@@ -125,19 +144,10 @@ TEST(BytesSent, ARunsSummaryIsTheSumOfItsExchangesAndTheFirstBroadcast) {
   }
   {
     SCOPED_TRACE("diloco, int8: the workers' block maxima, then one byte a value both ways");
-    job_config c = testing::small_job(2, 64, 1024);
-    c.sync.mode = sync_mode::diloco;
-    c.sync.workers = 4;
-    c.sync.every = 4;
-    c.sync.codec = sync_codec::int8;
-    Engine engine(c);
-    engine.start();
-    const run_summary s = engine.wait();
+    const job_config c = diloco_job(4, 4, sync_codec::int8);
+    const run_summary s = run_to_end(c);
     ASSERT_EQ(s.steps, 4);
-    optimizer_config outer;
-    outer.nesterov = true;
-    outer.momentum = 0.9;
-    const state_layout layout = make_state_layout(c.model, outer);
+    const state_layout layout = outer_layout(c);
     const std::uint64_t p = layout.parameter_size;
     const std::uint64_t blocks = (p + 4095) / 4096;  // a scale per 4,096 values (Note [Int8 pseudo-gradients])
     // The maxima: 4 workers x blocks floats all-reduced (8 bytes a float over
@@ -147,19 +157,10 @@ TEST(BytesSent, ARunsSummaryIsTheSumOfItsExchangesAndTheFirstBroadcast) {
   }
   {
     SCOPED_TRACE("diloco, bf16, a worker a member: each leaf's chunk and the sum's in two bytes a value");
-    job_config c = testing::small_job(2, 64, 1024);
-    c.sync.mode = sync_mode::diloco;
-    c.sync.workers = 2;
-    c.sync.every = 4;
-    c.sync.codec = sync_codec::bf16;
-    Engine engine(c);
-    engine.start();
-    const run_summary s = engine.wait();
+    const job_config c = diloco_job(2, 4, sync_codec::bf16);
+    const run_summary s = run_to_end(c);
     ASSERT_EQ(s.steps, 4);
-    optimizer_config outer;
-    outer.nesterov = true;
-    outer.momentum = 0.9;
-    const state_layout layout = make_state_layout(c.model, outer);
+    const state_layout layout = outer_layout(c);
     const std::uint64_t p = layout.parameter_size;
     // Reduce-scatter: each member sends the other's chunk of its leaf (p
     // values over both); all-gather: each its chunk of the sum (p over both).
@@ -168,19 +169,10 @@ TEST(BytesSent, ARunsSummaryIsTheSumOfItsExchangesAndTheFirstBroadcast) {
   }
   {
     SCOPED_TRACE("diloco, 2 fragments: each step a half of the parameters");
-    job_config c = testing::small_job(2, 64, 1024);
-    c.sync.mode = sync_mode::diloco;
-    c.sync.workers = 4;
-    c.sync.every = 4;
-    c.sync.fragments = 2;  // 8 steps of 2 inner steps, 128 samples
-    Engine engine(c);
-    engine.start();
-    const run_summary s = engine.wait();
+    const job_config c = diloco_job(4, 4, sync_codec::fp32, 2);  // 8 steps of 2 inner steps, 128 samples
+    const run_summary s = run_to_end(c);
     ASSERT_EQ(s.steps, 8);
-    optimizer_config outer;
-    outer.nesterov = true;
-    outer.momentum = 0.9;
-    const state_layout layout = make_state_layout(c.model, outer);
+    const state_layout layout = outer_layout(c);
     const std::uint64_t p = layout.parameter_size;
     const std::uint64_t halves[2] = {p / 2, p - p / 2};  // fragment f: [f p / 2, (f + 1) p / 2)
     std::uint64_t total = 4 * layout.total_size(), largest = 0;

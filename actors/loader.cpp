@@ -351,7 +351,7 @@ void roll_back(loader_ptr self, const rollback_msg& msg) {
   const std::int64_t through = msg.commit.through;
   apply_commit(self, msg.commit);
   const std::size_t undone = st.source->roll_back(through);
-  self->send(st.reducer, rollback_done_msg{static_cast<std::int64_t>(undone)});
+  self->send(st.reducer, rollback_done_msg{static_cast<std::int64_t>(undone), st.source->committed_samples()});
   st.committed_step = through;
   st.last_commit_step = -1;  // the step-time measurement restarts
   if (st.pending_eval && st.pending_eval->step > through) st.pending_eval.reset();

@@ -312,7 +312,10 @@ reducer_actor::behavior_type reducer_behavior(reducer_ptr self, reducer_setup se
         if (!accepting_reports(self->state, msg.generation)) return;
         handle_fault(self, std::nullopt, "collective failed at step " + std::to_string(msg.step + 1) + ": " + msg.what);
       },
-      [self](const rollback_done_msg& msg) { self->state.book->requeued_by_fault(msg.requeued); },
+      [self](const rollback_done_msg& msg) {
+        self->state.book->requeued_by_fault(msg.requeued);
+        self->state.book->rollback_applied(msg.committed_samples);
+      },
       [self](const idle_msg& msg) {
         auto& st = self->state;
         if (msg.generation != st.plan.generation) return;

@@ -175,13 +175,15 @@ typename Inspector::result_type inspect(Inspector& f, work_done_msg& x) {
   return f(caf::meta::type_name("work_done_msg"), x.last_step, x.final_evaluation, x.snapshot, x.requeued);
 }
 
-// The loader applied a rollback: this many indices go out again.
+// The loader applied a rollback: this many indices go out again, and this
+// many samples are committed in the run (the rollback's steps included).
 struct rollback_done_msg {
   std::int64_t requeued = 0;
+  std::int64_t committed_samples = 0;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, rollback_done_msg& x) {
-  return f(caf::meta::type_name("rollback_done_msg"), x.requeued);
+  return f(caf::meta::type_name("rollback_done_msg"), x.requeued, x.committed_samples);
 }
 
 // ---- control: engine -> reducer, coordinator actor -> reducer ----------------

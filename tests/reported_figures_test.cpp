@@ -173,13 +173,13 @@ std::vector<std::filesystem::path> checkpoints_in(const std::filesystem::path& d
 
 // The summary's counts against the job's arithmetic and the devices' own
 // account: 1,000 samples at batch 64 are 16 steps an epoch, the last of 40
-// samples. (Not yet with a failure: a step that the state source finished
-// but whose record the failure lost is committed without its samples, and
-// the summary then counts 64 too few; see the closing note of 2026-12-05.)
+// samples. A device fails at step 5: the step the state source finished but
+// whose record the failure lost still counts its samples (the loader's).
 TEST(RunCounts, TheSummarysStepsEpochsAndSamplesAreTheJobsAndTheDevicesOwnAccount) {
   job_config c = testing::small_job(3, 64, 1000);
   c.train.epochs = 2;
   c.train.record_trained = true;
+  c.faults.inject = {"fail:1@5"};
   const testing::recorded_run r = testing::run_recorded(c);
   const std::int64_t rows = 1000, B = 64, E = (rows + B - 1) / B;
   EXPECT_EQ(r.summary.steps, 2 * E);

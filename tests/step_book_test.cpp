@@ -100,6 +100,7 @@ class harness {
     step_commit c = book_.commit_through(through, now());
     apply(c);
     issued_.roll_back(through);
+    book_.rollback_applied(issued_.committed_samples());
     for (auto it = shards_.upper_bound(through); it != shards_.end();) it = shards_.erase(it);
     book_.start_generation(1, members_, now());
   }
@@ -256,6 +257,25 @@ TEST(StepBook, AFailureCommitsWhatTheStateSourceHoldsAndRetrainsTheRest) {
   h.expect_exactly_once_so_far();
   h.train_quietly_from(3);
   h.expect_epoch_complete();
+}
+
+// The state source applied a step whose record the fault lost: the summary
+// counts its samples by the loader's account, as it counts every other's by
+// their records, and a cut member's untouched samples by neither.
+TEST(StepBook, AStepCommittedWithoutItsRecordCountsItsSamples) {
+  harness h(96, 16, 3);
+  for (std::int64_t s = 0; s < 4; ++s) h.issue(s);
+  h.train(0);
+  h.train(1, /*cut=*/2, /*kept=*/1);
+  h.commit();
+  const auto committed = [&] { return static_cast<std::int64_t>(h.issued().ledger().committed()); };
+  EXPECT_EQ(h.book().summary().samples, committed());
+  h.recover(2);  // step 2 applied, its record lost; step 3 lost
+  h.expect_exactly_once_so_far();
+  EXPECT_EQ(h.book().summary().samples, committed()) << "step 2's 16 samples count";
+  h.train_quietly_from(3);
+  h.expect_epoch_complete();
+  EXPECT_EQ(h.book().summary().samples, 96);
 }
 
 TEST(StepBook, ARecoveryBehindTheReportsDropsTheStepsAfterTheStateSource) {

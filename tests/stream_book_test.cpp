@@ -166,6 +166,7 @@ TEST(IssuedRecords, ACutsRecordsGoOutFirstAndHoldTheOffsetBelowThem) {
   EXPECT_EQ(snaps[0].position.stream.committed, 0);
   EXPECT_EQ(snaps[0].position.stream.trained_above, (std::vector<std::int64_t>{3}));
   EXPECT_EQ(book.sent_back(), 2u);
+  EXPECT_EQ(book.committed_samples(), 2) << "the cut rows are not trained yet";
   const auto c = book.issue(2, 4);
   EXPECT_EQ(sequences_of(*c.rows), (std::vector<std::int64_t>{1, 2, 8, 9}));
   book.mark_snapshot(1);
@@ -174,6 +175,7 @@ TEST(IssuedRecords, ACutsRecordsGoOutFirstAndHoldTheOffsetBelowThem) {
   EXPECT_EQ(snaps.at(0).position.stream.trained_above, (std::vector<std::int64_t>{3, 4, 5, 6, 7}));
   book.commit(2, {});
   EXPECT_EQ(book.committed(), 9);
+  EXPECT_EQ(book.committed_samples(), 2 + 4 + 4);
   EXPECT_TRUE(book.position_after(2).stream.trained_above.empty());
 }
 

@@ -81,6 +81,9 @@ class data_source {
   virtual double schedule_position(std::int64_t step, std::int64_t epoch_steps, std::int64_t batch) const = 0;
   // Samples a cut returned in this epoch, trained later.
   virtual std::int64_t requeued() const = 0;
+  // Samples committed since this source was made (this run), cut samples
+  // left out: what the run trained, by the ledger's account.
+  virtual std::int64_t committed_samples() const = 0;
 
   // Epochs: ends the epoch once what_next() said epoch_end (checking that
   // every sample was trained exactly once) and reports it.

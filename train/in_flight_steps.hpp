@@ -83,9 +83,11 @@ class booked_source : public data_source {
   bool in_flight(std::int64_t step) const override { return in_flight_.contains(step); }
   void mark_snapshot(std::int64_t step) override { in_flight_.mark_snapshot(step); }
   bool snapshot_marked(std::int64_t step) const override { return in_flight_.snapshot_marked(step); }
+  std::int64_t committed_samples() const override { return committed_samples_; }
 
  protected:
   in_flight_steps<Payload> in_flight_;
+  std::int64_t committed_samples_ = 0;  // the implementations' commit() counts them
 };
 
 }  // namespace dpactor

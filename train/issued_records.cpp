@@ -74,6 +74,7 @@ std::vector<data_source::snapshot> issued_records::commit(std::int64_t through,
           }
         for (std::size_t row = 0; row < chunk.rows; ++row) {
           if (back[row]) continue;
+          ++committed_samples_;
           const std::int64_t s = chunk.sequences[row];
           if (s <= base_ || !trained_above_.insert(s).second)
             throw ledger_error("stream step " + std::to_string(step + 1) + ": the record with sequence number " +

@@ -29,6 +29,7 @@ std::vector<data_source::snapshot> issued_steps::commit(std::int64_t through, st
           std::erase_if(indices, [&](std::uint32_t i) { return std::binary_search(sorted.begin(), sorted.end(), i); });
         }
         ledger_.commit(indices);
+        committed_samples_ += static_cast<std::int64_t>(indices.size());
       },
       [this](std::int64_t step) { return position_after(step); });
 }

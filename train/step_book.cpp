@@ -114,6 +114,7 @@ step_commit step_book::commit_ready(std::size_t members, clock::time_point now) 
       commit.skipped.push_back(what + "; skipped (train.on_nonfinite = \"skip\")");
       ++summary_.skipped_steps;
       ++interval_skipped_;
+      skipped_samples_ += t.stats.samples;
       t.stats = {};  // nothing was trained: the averages and counts leave it out
     }
     if (setup_.verify_replicas && t.differs)
@@ -148,7 +149,18 @@ step_commit step_book::commit_through(std::int64_t through, clock::time_point no
   commit.through = std::max(commit.through, through);
   steps_.clear();
   evals_.clear();
+  booked_at_rollback_.push_back(summary_.samples + skipped_samples_);
   return commit;
+}
+
+void step_book::rollback_applied(std::int64_t committed_samples) {
+  if (booked_at_rollback_.empty()) return;
+  // The records and the loader count the same trained samples of every step
+  // both saw (cut ones left out), so the difference is the lost records'.
+  const std::int64_t unrecorded = committed_samples - booked_at_rollback_.front();
+  booked_at_rollback_.pop_front();
+  summary_.samples += std::max<std::int64_t>(unrecorded, 0);
+  rate_samples_ += std::max<std::int64_t>(unrecorded, 0);
 }
 
 void step_book::account(std::int64_t step, step_tally&& t, step_commit& commit, clock::time_point now) {

@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <optional>
@@ -113,8 +114,13 @@ class step_book {
   step_commit commit_ready(std::size_t members, clock::time_point now);
   // After a fault: the state source holds every step up to `through`,
   // complete or not; they are committed as they stand and everything in
-  // flight is dropped.
+  // flight is dropped. A step whose record the fault lost counts no samples
+  // until the loader has applied the commit: rollback_applied().
   step_commit commit_through(std::int64_t through, clock::time_point now);
+  // The loader applied the oldest commit_through() not yet answered: it has
+  // committed `committed_samples` samples in this run, the steps that came
+  // without their record included; the summary counts those now.
+  void rollback_applied(std::int64_t committed_samples);
 
   // A fault was detected: the first step the next generation commits emits
   // a recovery event (the steps commit_through() commits do not).
@@ -184,6 +190,10 @@ class step_book {
   clock::time_point started_, last_commit_, last_progress_;
   std::optional<clock::time_point> fault_time_;
   std::int64_t requeued_by_fault_ = 0;
+  std::int64_t skipped_samples_ = 0;  // of steps skipped for non-finite values
+  // The samples of the records booked at each commit_through() the loader
+  // has not answered yet, oldest first.
+  std::deque<std::int64_t> booked_at_rollback_;
   run_summary summary_;
 };
 

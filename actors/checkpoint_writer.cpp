@@ -9,7 +9,6 @@ checkpoint_writer_actor::behavior_type checkpoint_writer_behavior(std::shared_pt
       [setup](const write_checkpoint_msg& msg) {
         trainer_record record;
         record.step = msg.step + 1;
-        record.epoch = msg.position.epoch;
         record.position = msg.position;
         record.seed = setup->seed;
         record.shuffle = setup->shuffle;

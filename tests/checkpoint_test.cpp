@@ -96,8 +96,9 @@ TEST(Checkpoint, NumbersOutOfRangeAreRefusedOnRead) {
   refused([](json& d) { d["step"] = 76; }, "step 77 disagrees with trainer.json's step 76");
   refused([](json& d) { d["ledger"]["cursor"] = 101; }, "ledger cursor 101 is beyond the 100 training samples");
   refused([](json& d) { d["ledger"]["front"] = json::array({5, 100}); }, "ledger index 100 is beyond the 100 training samples");
-  refused([](json& d) { d["ledger"]["epoch"] = -1; }, "epoch -1 is out of range for step 77");
+  refused([](json& d) { d["ledger"]["epoch"] = d["epoch"] = -1; }, "epoch -1 is out of range for step 77");
   refused([](json& d) { d["train_samples"] = 0; }, "train_samples is 0");
+  refused([](json& d) { d["epoch"] = d["ledger"]["epoch"].get<std::int64_t>() + 1; }, "disagrees with ledger.epoch");
   // A writer never writes them: a record that disagrees does not read back.
   testing::scratch_dir dir;
   trainer_record r = fx.record;

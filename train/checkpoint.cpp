@@ -158,7 +158,7 @@ std::vector<float> load_workers(const fs::path& file, const state_layout& inner,
 json trainer_json(const trainer_record& r) {
   json j{{"format", "dpactor-checkpoint-2"},
          {"step", r.step},
-         {"epoch", r.epoch},
+         {"epoch", r.position.epoch},  // for readers of the file; read back against the ledger's
          {"train_samples", r.train_samples},
          {"data_fingerprint", r.data_fingerprint},
          {"ledger", {{"epoch", r.position.epoch}, {"cursor", r.position.cursor}, {"front", r.position.front}}},
@@ -189,7 +189,7 @@ trainer_record parse_trainer_json(const std::string& text, const std::string& or
                                crc32_hex(doc.dump()) + "): the file was changed or damaged after it was written");
     }
     r.step = json_int(doc.at("step"), "step");
-    r.epoch = json_int(doc.at("epoch"), "epoch");
+    const std::int64_t epoch = json_int(doc.at("epoch"), "epoch");
     r.train_samples = static_cast<std::uint64_t>(json_int(doc.at("train_samples"), "train_samples"));
     if (const auto fingerprint = doc.find("data_fingerprint"); fingerprint != doc.end())
       r.data_fingerprint = fingerprint->get<std::string>();
@@ -197,6 +197,11 @@ trainer_record parse_trainer_json(const std::string& text, const std::string& or
     r.position.epoch = json_int(ledger.at("epoch"), "ledger.epoch");
     r.position.cursor = static_cast<std::uint64_t>(json_int(ledger.at("cursor"), "ledger.cursor"));
     for (const auto& i : ledger.at("front")) r.position.front.push_back(static_cast<std::uint32_t>(json_int(i, "ledger.front")));
+    // The top-level epoch is the ledger's, written twice: two different ones
+    // mean an edited or damaged record.
+    if (epoch != r.position.epoch)
+      throw checkpoint_error(origin + ": epoch " + std::to_string(epoch) + " disagrees with ledger.epoch " +
+                             std::to_string(r.position.epoch));
     if (const auto stream = doc.find("stream"); stream != doc.end()) {
       r.position.stream.active = true;
       r.position.stream.committed = json_int(stream->at("committed_sequence"), "stream.committed_sequence");
@@ -261,7 +266,7 @@ void check_ranges(const trainer_record& r, std::int64_t counter, const fs::path&
   const std::string where = (dir / "trainer.json").string() + ": ";
   if (r.step < 0 || r.step > max_steps)
     throw checkpoint_error(where + "step " + std::to_string(r.step) + " is out of range [0, 2^40]");
-  if (r.epoch < 0 || r.position.epoch < 0 || r.position.epoch > r.step + 1)
+  if (r.position.epoch < 0 || r.position.epoch > r.step + 1)
     throw checkpoint_error(where + "epoch " + std::to_string(r.position.epoch) + " is out of range for step " +
                            std::to_string(r.step));
   if (r.position.stream.active) {

@@ -28,8 +28,7 @@ namespace dpactor {
 
 struct trainer_record {
   std::int64_t step = 0;   // optimizer steps done; the next step has this index
-  std::int64_t epoch = 0;  // epoch of the ledger position
-  ledger_position position;
+  ledger_position position;  // its epoch is also trainer.json's top-level "epoch"
   std::uint64_t seed = 0;
   bool shuffle = true;
   std::uint64_t train_samples = 0;

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <mutex>
 
 #include <dpactor/engine.hpp>
 #include "data/loading.hpp"
@@ -192,6 +193,84 @@ TEST(RunCounts, TheSummarysStepsEpochsAndSamplesAreTheJobsAndTheDevicesOwnAccoun
     EXPECT_EQ(e.epoch_steps, E);
     EXPECT_EQ(e.total_steps, 2 * E);
     EXPECT_EQ(e.step, e.epoch * E + e.epoch_step) << "step " << e.step;
+  }
+}
+
+// Decisions that only cost time (the balancer, the straggler policy): a
+// wrong one leaves every result intact, so the test looks at the decision
+// itself, by the devices' own account of what each trained in each step.
+struct step_shares {
+  std::map<std::int64_t, std::map<std::string, std::int64_t>> samples;  // step -> device -> trained
+  run_summary summary;
+};
+
+step_shares run_for_shares(job_config c) {
+  c.train.record_trained = true;
+  c.train.reproducible = false;  // shards follow the shares (reproducible runs split slices)
+  c.train.micro_batch = 8;
+  step_shares out;
+  std::mutex m;
+  Engine engine(c);
+  engine.on_event([&](const event& e) {
+    if (const auto* t = std::get_if<trained_event>(&e)) {
+      std::lock_guard lock(m);
+      out.samples[t->step][t->device] += t->samples;
+    }
+  });
+  engine.start();
+  out.summary = engine.wait();
+  return out;
+}
+
+// cpu:1's part of each step it trained, in step order.
+std::vector<double> shares_of_cpu1(const step_shares& r) {
+  std::vector<double> out;
+  for (const auto& [step, devices] : r.samples) {
+    std::int64_t all = 0;
+    for (const auto& [device, n] : devices) all += n;
+    const auto it = devices.find("cpu:1");
+    out.push_back(all > 0 && it != devices.end() ? static_cast<double>(it->second) / static_cast<double>(all) : 0.0);
+  }
+  return out;
+}
+
+TEST(Decisions, TheBalancersSharesReachTheLoaderOnlyWhenThePolicyBalances) {
+  // cpu:1 computes 20 times slower (a few hundred microseconds a step: no
+  // deadline is near, so nothing is cut under any policy).
+  job_config c = testing::small_job(2, 64, 2048);  // 32 steps
+  c.faults.inject = {"slow:1:20"};
+  c.straggler.policy = straggler_policy::balance;
+  const step_shares balanced = run_for_shares(c);
+  std::vector<double> shares = shares_of_cpu1(balanced);
+  ASSERT_EQ(shares.size(), 32u);
+  EXPECT_EQ(balanced.summary.cuts, 0);
+  shares.erase(shares.begin(), shares.begin() + 16);
+  std::sort(shares.begin(), shares.end());
+  EXPECT_LT(shares[shares.size() / 2], 0.35) << "the slow member's median share over the second half (0.5 is even)";
+  // straggler.policy = "none": every step split evenly, however slow cpu:1 is.
+  c.straggler.policy = straggler_policy::none;
+  const step_shares even = run_for_shares(c);
+  EXPECT_EQ(even.summary.cuts, 0);
+  for (const double share : shares_of_cpu1(even)) ASSERT_EQ(share, 0.5) << "policy none split a step unevenly";
+}
+
+TEST(Decisions, NobodyIsCutUnlessThePolicyCuts) {
+  // cpu:1 is 20 ms late on every step: far past any deadline, but under
+  // policy "none" (and "balance") the step waits for it and it trains its
+  // whole shard; under "cut" it is cut (cut_recovery_test).
+  job_config c = testing::small_job(2, 64, 1024);
+  c.faults.inject = {"jitter:1:1.0:20"};
+  c.straggler.deadline_factor = 1.1;
+  for (const auto policy : {straggler_policy::none, straggler_policy::balance}) {
+    c.straggler.policy = policy;
+    const step_shares r = run_for_shares(c);
+    EXPECT_EQ(r.summary.cuts, 0);
+    ASSERT_EQ(r.samples.size(), 16u);
+    for (const auto& [step, devices] : r.samples) {
+      std::int64_t all = 0;
+      for (const auto& [device, n] : devices) all += n;
+      EXPECT_EQ(all, 64) << "step " << step + 1 << ": the devices trained only part of it";
+    }
   }
 }
 

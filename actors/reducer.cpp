@@ -184,6 +184,7 @@ void maybe_finish(reducer_ptr self) {
   if (st.failed || st.current != phase::running || !st.work || st.book->committed() < st.work->last_step) return;
   if (!st.final_eval_step || *st.final_eval_step != st.work->last_step) return;
   if (st.work->snapshot && st.last_checkpoint != st.work->last_step) return;
+  st.book->log_last_step(clock_type::now());
   run_summary s = st.book->summary();
   s.wall_s = seconds(clock_type::now() - st.setup.started);
   s.train_s = seconds(st.book->last_commit() - st.book->started());

@@ -69,6 +69,7 @@ void metrics_board::on_event(const event& e) {
           shares_ = x.shares;
           throughput_ = x.throughput;
           bytes_sent_ = x.bytes_sent;
+          samples_ = x.samples;
         } else if constexpr (std::is_same_v<T, epoch_event>) {
           epochs_ = x.epoch + 1;
           test_loss_ = x.test_loss;
@@ -125,6 +126,7 @@ json metrics_board::status(clock::time_point now) const {
                       {"committed_sequence", committed_sequence_ ? json(*committed_sequence_) : json(nullptr)}};
   return json{{"running", running_locked()},
               {"step", steps_},
+              {"samples", samples_},
               {"epochs", epochs_},
               {"loss", loss_},
               {"accuracy", accuracy_},
@@ -146,6 +148,8 @@ std::string metrics_board::prometheus_text(clock::time_point now) const {
   family(out, "dpactor_running", "gauge", "1 while the run trains.").sample(running_locked() ? 1 : 0);
   family(out, "dpactor_steps_total", "counter", "Optimizer steps done.").sample(static_cast<double>(steps_));
   family(out, "dpactor_epochs_total", "counter", "Epochs completed.").sample(static_cast<double>(epochs_));
+  family(out, "dpactor_train_samples_total", "counter", "Samples trained in this run.")
+      .sample(static_cast<double>(samples_));
   family(out, "dpactor_train_samples_per_second", "gauge", "Training throughput over the last logging window.")
       .sample(samples_per_s_);
   family(out, "dpactor_train_loss", "gauge", "Mean training loss over the last logging window.").sample(loss_);

@@ -60,6 +60,7 @@ class metrics_board {
   double last_recovery_s_ = 0.0;
   std::int64_t requeued_ = 0;
   std::int64_t bytes_sent_ = 0;
+  std::int64_t samples_ = 0;  // trained in this run, as of the last step event
   std::optional<std::int64_t> checkpoint_step_;
   std::optional<std::int64_t> committed_sequence_;  // stream mode (See Note [Exactly-once offsets])
   clock::time_point checkpoint_at_{};

@@ -77,6 +77,7 @@ TEST_P(Faults, CutIndicesAreTrainedLaterInTheSameEpoch) {
   const recorded_run r = run_recorded(c);
   ASSERT_EQ(r.epochs.size(), 1u);
   EXPECT_EQ(r.epochs[0].samples, 1024) << "nothing dropped";
+  EXPECT_EQ(r.summary.samples, 1024) << "cut steps count what their members trained, not their batch";
   EXPECT_GT(r.epochs[0].requeued, 0);
   EXPECT_GT(r.summary.cuts, 0);
   EXPECT_GT(r.summary.steps, 16) << "re-queued indices made extra steps";

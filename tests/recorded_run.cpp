@@ -6,7 +6,8 @@
 
 namespace dpactor::testing {
 
-recorded_run run_recorded(job_config c, run_options o, std::shared_ptr<trained_evidence> trained) {
+recorded_run run_recorded(job_config c, run_options o, std::shared_ptr<trained_evidence> trained,
+                          std::function<void(const event&)> also) {
   recorded_run r;
   if (trained) r.trained = std::move(trained);
   std::mutex m;
@@ -14,6 +15,7 @@ recorded_run run_recorded(job_config c, run_options o, std::shared_ptr<trained_e
   engine.on_event([&](const event& e) {
     r.trained->record(e);
     std::lock_guard lock(m);
+    if (also) also(e);
     if (const auto* x = std::get_if<membership_event>(&e)) r.memberships.push_back(*x);
     if (const auto* x = std::get_if<epoch_event>(&e)) r.epochs.push_back(*x);
     if (const auto* x = std::get_if<recovery_event>(&e)) r.recoveries.push_back(*x);

@@ -5,6 +5,7 @@
 // devices say they trained (the independent evidence of exactly-once).
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,8 +25,9 @@ struct recorded_run {
 };
 
 // Runs `c` to its end. `trained`: where the devices' account goes; shared
-// by runs that continue each other.
-recorded_run run_recorded(job_config c, run_options o = {}, std::shared_ptr<trained_evidence> trained = nullptr);
+// by runs that continue each other. `also` sees every event too.
+recorded_run run_recorded(job_config c, run_options o = {}, std::shared_ptr<trained_evidence> trained = nullptr,
+                          std::function<void(const event&)> also = nullptr);
 
 // small_job with 1024 samples at batch 64 (16 steps per epoch), 3 epochs,
 // the faults `faults`, train.verify_replicas and train.record_trained on, and

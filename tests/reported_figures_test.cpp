@@ -19,7 +19,9 @@
 #include "data/sampler.hpp"
 #include "tensors/json.hpp"
 #include "tensors/safetensors.hpp"
+#include "service/metrics_board.hpp"
 #include "tests/recorded_run.hpp"
+#include "tests/service_support.hpp"
 #include "tests/test_support.hpp"
 
 namespace dpactor {
@@ -180,20 +182,51 @@ TEST(RunCounts, TheSummarysStepsEpochsAndSamplesAreTheJobsAndTheDevicesOwnAccoun
   job_config c = testing::small_job(3, 64, 1000);
   c.train.epochs = 2;
   c.train.record_trained = true;
+  c.train.log_every = 10;  // 16 steps an epoch: the epochs' last steps are not multiples of it
   c.faults.inject = {"fail:1@5"};
-  const testing::recorded_run r = testing::run_recorded(c);
+  // What /metrics would serve: the HTTP face's board, fed the same events.
+  metrics_board board;
+  const testing::recorded_run r =
+      testing::run_recorded(c, {}, nullptr, [&board](const event& e) { board.on_event(e); });
   const std::int64_t rows = 1000, B = 64, E = (rows + B - 1) / B;
   EXPECT_EQ(r.summary.steps, 2 * E);
   EXPECT_EQ(r.summary.epochs, 2);
   EXPECT_EQ(r.summary.samples, 2 * rows) << "the short last step of each epoch counts its 40 samples";
   EXPECT_EQ(r.trained->check(rows, 2), "") << "by the devices' own account, every sample of each epoch once";
   ASSERT_EQ(r.epochs.size(), 2u);
-  ASSERT_FALSE(r.steps.empty());
+  for (const epoch_event& e : r.epochs) EXPECT_EQ(e.samples, rows) << "epoch " << e.epoch;
+  // The step records: every log_every steps and each epoch's last step, in
+  // order, their running sample counts those of the job's steps.
+  std::vector<std::int64_t> logged;
   for (const step_event& e : r.steps) {
+    logged.push_back(e.step);
     EXPECT_EQ(e.epoch_steps, E);
     EXPECT_EQ(e.total_steps, 2 * E);
     EXPECT_EQ(e.step, e.epoch * E + e.epoch_step) << "step " << e.step;
+    const std::int64_t full_epochs = e.step / E, in_epoch = e.step % E;
+    EXPECT_EQ(e.samples, full_epochs * rows + in_epoch * B) << "step " << e.step;
   }
+  EXPECT_EQ(logged, (std::vector<std::int64_t>{10, 16, 20, 30, 32}));
+  // /metrics at the end says what the run did, not what its last multiple
+  // of log_every did.
+  const auto m = testing::parse_prometheus(board.prometheus_text());
+  EXPECT_EQ(m.at("dpactor_steps_total"), static_cast<double>(2 * E));
+  EXPECT_EQ(m.at("dpactor_epochs_total"), 2.0);
+  EXPECT_EQ(m.at("dpactor_train_samples_total"), static_cast<double>(2 * rows));
+  EXPECT_EQ(m.at("dpactor_faults_total"), 1.0);
+  EXPECT_EQ(m.at("dpactor_cuts_total"), 0.0);
+  // A run that ends mid-epoch (train.max_steps) logs its last step too.
+  c.faults.inject.clear();
+  c.train.max_steps = 21;
+  metrics_board short_board;
+  const testing::recorded_run cut_short =
+      testing::run_recorded(c, {}, nullptr, [&short_board](const event& e) { short_board.on_event(e); });
+  EXPECT_EQ(cut_short.summary.steps, 21);
+  ASSERT_FALSE(cut_short.steps.empty());
+  EXPECT_EQ(cut_short.steps.back().step, 21);
+  EXPECT_EQ(cut_short.steps.back().samples, rows + 5 * B);
+  EXPECT_EQ(testing::parse_prometheus(short_board.prometheus_text()).at("dpactor_train_samples_total"),
+            static_cast<double>(rows + 5 * B));
 }
 
 // Decisions that only cost time (the balancer, the straggler policy): a

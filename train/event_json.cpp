@@ -7,7 +7,7 @@ json to_json(const step_event& e) {
   return {{"event", "step"},   {"step", e.step},       {"epoch", e.epoch}, {"epoch_step", e.epoch_step},
           {"loss", e.loss},    {"accuracy", e.accuracy}, {"lr", e.lr},     {"samples_per_s", e.samples_per_s},
           {"generation", e.generation}, {"cuts", e.cuts}, {"skipped", e.skipped}, {"shares", e.shares}, {"throughput", e.throughput},
-          {"bytes_sent", e.bytes_sent}};
+          {"bytes_sent", e.bytes_sent}, {"samples", e.samples}};
 }
 
 json to_json(const epoch_event& e) {

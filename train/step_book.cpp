@@ -39,7 +39,7 @@ step_book::step_book(step_book_setup setup, event_sink emit, clock::time_point n
       started_(now),
       last_commit_(now),
       last_progress_(now) {
-  interval_.since = epoch_.since = now;
+  interval_.since = epoch_stats_.since = now;
 }
 
 void step_book::start_generation(std::int64_t generation, std::size_t members, clock::time_point now) {
@@ -165,21 +165,28 @@ void step_book::rollback_applied(std::int64_t committed_samples) {
 
 void step_book::account(std::int64_t step, step_tally&& t, step_commit& commit, clock::time_point now) {
   interval_.stats += t.stats;
-  epoch_.stats += t.stats;
+  epoch_stats_.stats += t.stats;
   summary_.samples += t.stats.samples;
   rate_samples_ += t.stats.samples;
   ++epoch_step_;
   committed_ = step;
   last_commit_ = last_progress_ = now;
   commit.through = step;
+  if (t.stats_known) epoch_ = t.epoch;
+  lr_ = t.lr;
   if (!t.returned.empty()) commit.returned.push_back(step_returned{step, std::move(t.returned)});
-  if ((step + 1) % setup_.log_every == 0) emit_step(step, t, now);
+  if ((step + 1) % setup_.log_every == 0) emit_step(step, now);
 }
 
-void step_book::emit_step(std::int64_t step, const step_tally& t, clock::time_point now) {
+void step_book::log_last_step(clock::time_point now) {
+  if (committed_ > logged_ && committed_ >= setup_.start_step) emit_step(committed_, now);
+}
+
+void step_book::emit_step(std::int64_t step, clock::time_point now) {
+  logged_ = step;
   step_event e;
   e.step = step + 1;
-  e.epoch = t.epoch;
+  e.epoch = epoch_;
   e.epoch_step = epoch_step_;
   e.epoch_steps = setup_.epoch_steps;
   e.total_steps = setup_.total_steps;
@@ -187,7 +194,7 @@ void step_book::emit_step(std::int64_t step, const step_tally& t, clock::time_po
   e.accuracy = accuracy(interval_.stats);
   // What the devices applied (See Note [Schedule position]); a step committed
   // without a report (after a rollback) shows the rate of its index.
-  e.lr = t.lr.value_or(setup_.schedule.at(step));
+  e.lr = lr_.value_or(setup_.schedule.at(step));
   // Steps arrive in batches: a second event of the same batch has no time of
   // its own, so it repeats the last rate and its samples count in the next.
   const double dt = seconds(now - interval_.since);
@@ -198,6 +205,7 @@ void step_book::emit_step(std::int64_t step, const step_tally& t, clock::time_po
   e.shares = throughput_.shares();
   for (std::size_t r = 0; r < e.shares.size(); ++r) e.throughput.push_back(throughput_.throughput(r));
   if (setup_.bytes) e.bytes_sent = static_cast<std::int64_t>(setup_.bytes().sent);
+  e.samples = summary_.samples;
   emit_(e);
   interval_cuts_ = 0;
   interval_skipped_ = 0;
@@ -235,16 +243,17 @@ void step_book::epoch_closed(const epoch_close& e, clock::time_point now) {
 // not evaluated (train.eval_every).
 void step_book::emit_epoch(std::int64_t epoch, std::int64_t step, double test_loss, double test_accuracy,
                            clock::time_point now) {
+  log_last_step(now);  // the epoch's last step, before its epoch
   epoch_event e;
   e.epoch = epoch;
   e.step = step + 1;
-  e.train_loss = mean_loss(epoch_.stats);
-  e.train_accuracy = accuracy(epoch_.stats);
+  e.train_loss = mean_loss(epoch_stats_.stats);
+  e.train_accuracy = accuracy(epoch_stats_.stats);
   e.test_loss = test_loss;
   e.test_accuracy = test_accuracy;
-  e.seconds = seconds(last_commit_ - epoch_.since);
+  e.seconds = seconds(last_commit_ - epoch_stats_.since);
   // The ledger's count is exact even when a lost member never reported.
-  e.samples = epoch_.stats.samples;
+  e.samples = epoch_stats_.stats.samples;
   if (auto it = epoch_closes_.find(epoch); it != epoch_closes_.end()) {
     e.samples = it->second.committed;
     e.requeued = it->second.requeued;
@@ -252,7 +261,8 @@ void step_book::emit_epoch(std::int64_t epoch, std::int64_t step, double test_lo
   e.samples_per_s = ratio(static_cast<double>(e.samples), e.seconds);
   summary_.epochs = epoch + 1;
   emit_(e);
-  epoch_ = {{}, now};
+  epoch_ = epoch + 1;  // the epoch of a step committed without its record from now on
+  epoch_stats_ = {{}, now};
   epoch_step_ = 0;
 }
 

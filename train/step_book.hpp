@@ -134,6 +134,9 @@ class step_book {
                  std::int64_t samples, std::size_t members, clock::time_point now);
   // The loader closed an epoch; without an evaluation its event goes out now.
   void epoch_closed(const epoch_close& e, clock::time_point now);
+  // The run ends: the last committed step gets its step event if it has
+  // none yet (as every epoch's last step does before its epoch event).
+  void log_last_step(clock::time_point now);
 
  private:
   struct step_tally {
@@ -168,7 +171,7 @@ class step_book {
 
   bool complete(const step_tally& t, std::size_t members) const;
   void account(std::int64_t step, step_tally&& t, step_commit& commit, clock::time_point now);
-  void emit_step(std::int64_t step, const step_tally& t, clock::time_point now);
+  void emit_step(std::int64_t step, clock::time_point now);
   void emit_epoch(std::int64_t epoch, std::int64_t step, double test_loss, double test_accuracy, clock::time_point now);
 
   step_book_setup setup_;
@@ -178,8 +181,14 @@ class step_book {
   std::map<std::int64_t, step_tally> steps_;
   std::map<std::pair<std::int64_t, bool>, eval_tally> evals_;  // (step, epoch_end)
   std::map<std::int64_t, epoch_close> epoch_closes_;
-  running_stats interval_, epoch_;
+  running_stats interval_, epoch_stats_;
   std::int64_t epoch_step_ = 0;
+  std::int64_t logged_ = -1;           // the last step with a step event
+  // The last committed step's epoch and rate: a step committed without its
+  // record (after a fault) is in the epoch of the steps before it, or the
+  // next one once that epoch's event went out.
+  std::int64_t epoch_ = 0;
+  std::optional<double> lr_;
   std::int64_t interval_cuts_ = 0;
   std::int64_t interval_skipped_ = 0;
   std::int64_t consecutive_skips_ = 0;

@@ -11,6 +11,8 @@
 
 namespace dpactor {
 
+// Every train.log_every steps, and for the last step of each epoch and of
+// the run when it is not one of those.
 struct step_event {
   std::int64_t step = 0;           // optimizer steps done
   std::int64_t epoch = 0;          // 0-based
@@ -27,6 +29,7 @@ struct step_event {
   std::vector<double> shares;      // each member's share of the global batch, rank order
   std::vector<double> throughput;  // each member's smoothed samples/s, rank order
   std::int64_t bytes_sent = 0;     // by every device's collectives so far (docs/async.md, "Bytes sent")
+  std::int64_t samples = 0;        // samples trained in this run so far (as run_summary::samples)
 };
 
 struct epoch_event {

@@ -17,6 +17,7 @@
 #include "tensors/gemm.hpp"
 #include "tensors/mlp.hpp"
 #include "tensors/safetensors.hpp"
+#include "tests/recorded_run.hpp"
 #include "tests/test_support.hpp"
 
 namespace dpactor {
@@ -27,7 +28,8 @@ namespace {
 // summed gradients divided by divisor(step, its samples). In the
 // checkpoint's tensor order.
 std::vector<float> plain_sgd(const job_config& c, int steps, const std::function<double(int)>& lr,
-                             const std::function<double(int, std::size_t)>& divisor) {
+                             const std::function<double(int, std::size_t)>& divisor,
+                             std::vector<batch_stats>* stats = nullptr) {
   set_blas_threads(1);
   const train_test_data data = load_data(c.data, c.model.inputs(), c.model.outputs());
   mlp model(c.model, 64);
@@ -45,7 +47,8 @@ std::vector<float> plain_sgd(const job_config& c, int steps, const std::function
       std::copy_n(batch.features + rows[i] * batch.feature_count, batch.feature_count, x.data() + i * batch.feature_count);
       y[i] = batch.labels[rows[i]];
     }
-    model.forward_backward(params.data(), grads.data(), x.data(), y.data(), n, /*overwrite=*/true);
+    const batch_stats b = model.forward_backward(params.data(), grads.data(), x.data(), y.data(), n, /*overwrite=*/true);
+    if (stats != nullptr) stats->push_back(b);
     const double rate = lr(step), d = divisor(step, n);
     for (std::size_t i = 0; i < params.size(); ++i) params[i] -= static_cast<float>(rate * grads[i] / d);
   }
@@ -74,19 +77,30 @@ TEST(ReferenceStep, FiveEngineStepsFollowPlainSgdAtTheSchedulesRates) {
   c.train.max_steps = 5;
   c.train.epochs = 10;
   c.train.checkpoint_dir = (dir / "ckpt").string();
-  Engine engine(c);
-  engine.start();
-  const run_summary s = engine.wait();
+  c.train.log_every = 1;
+  const testing::recorded_run run = testing::run_recorded(c);
+  const run_summary& s = run.summary;
+  const std::vector<step_event>& records = run.steps;
   ASSERT_EQ(s.steps, 5);
 
   // The reference at the rate of step s + shift.
-  const auto reference = [&](int shift) {
+  std::vector<batch_stats> stats;
+  const auto reference = [&](int shift, std::vector<batch_stats>* out = nullptr) {
     return plain_sgd(c, 5, [shift](int step) { return 0.2 * std::pow(0.5, step + shift); },
-                     [](int, std::size_t) { return 64.0; });
+                     [](int, std::size_t) { return 64.0; }, out);
   };
   const std::vector<float> engine_params = saved_parameters(s);
-  EXPECT_LE(testing::relative_difference(engine_params, reference(0)), 1e-5);
+  EXPECT_LE(testing::relative_difference(engine_params, reference(0, &stats)), 1e-5);
   EXPECT_GT(testing::relative_difference(engine_params, reference(1)), 1e-3) << "the comparison can tell a schedule one step off";
+  // Each step's record: the training loss and accuracy of that step's batch
+  // before its update, and the rate it was applied at.
+  ASSERT_EQ(records.size(), 5u);
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    EXPECT_EQ(records[i].step, static_cast<std::int64_t>(i + 1));
+    EXPECT_NEAR(records[i].loss, stats[i].loss_sum / 64.0, 1e-5 * std::abs(stats[i].loss_sum / 64.0)) << "step " << i + 1;
+    EXPECT_EQ(records[i].accuracy, static_cast<double>(stats[i].correct) / 64.0) << "step " << i + 1;
+    EXPECT_DOUBLE_EQ(records[i].lr, 0.2 * std::pow(0.5, static_cast<double>(i))) << "step " << i + 1;
+  }
 }
 
 // An epoch of 1,000 samples at batch 64 ends with a step of 40, split over

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -186,12 +187,18 @@ TEST(RunCounts, TheSummarysStepsEpochsAndSamplesAreTheJobsAndTheDevicesOwnAccoun
   c.faults.inject = {"fail:1@5"};
   // What /metrics would serve: the HTTP face's board, fed the same events.
   metrics_board board;
+  const auto began = std::chrono::steady_clock::now();
   const testing::recorded_run r =
       testing::run_recorded(c, {}, nullptr, [&board](const event& e) { board.on_event(e); });
+  const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
   const std::int64_t rows = 1000, B = 64, E = (rows + B - 1) / B;
   EXPECT_EQ(r.summary.steps, 2 * E);
   EXPECT_EQ(r.summary.epochs, 2);
   EXPECT_EQ(r.summary.samples, 2 * rows) << "the short last step of each epoch counts its 40 samples";
+  // The rate is over the training time, inside the test's own clock: at
+  // least the samples over the whole call (loading and start-up included).
+  EXPECT_GE(r.summary.samples_per_s, static_cast<double>(2 * rows) / wall_s);
+  EXPECT_LE(r.summary.train_s, wall_s);
   EXPECT_EQ(r.trained->check(rows, 2), "") << "by the devices' own account, every sample of each epoch once";
   ASSERT_EQ(r.epochs.size(), 2u);
   for (const epoch_event& e : r.epochs) EXPECT_EQ(e.samples, rows) << "epoch " << e.epoch;

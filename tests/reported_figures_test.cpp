@@ -19,6 +19,7 @@
 #include "data/loading.hpp"
 #include "data/sampler.hpp"
 #include "tensors/json.hpp"
+#include "train/sample_digest.hpp"
 #include "tensors/safetensors.hpp"
 #include "service/metrics_board.hpp"
 #include "tests/recorded_run.hpp"
@@ -340,6 +341,62 @@ TEST(CheckpointRecord, EveryFieldIsWhatTheJobAndTheStepMakeMidEpochAtItsEndAfter
   const auto rewritten = checkpoints_in(dir / "resumed");
   ASSERT_GE(rewritten.size(), 4u);
   for (const auto& ckpt : rewritten) expect_trainer_record(ckpt, again, 960);
+}
+
+// After cuts the committed samples of an epoch are no longer a prefix of its
+// order: the ledger's front holds the cut ones, to go out again. Each
+// checkpoint's ledger (the order up to the cursor, less the front) holds
+// exactly what the devices say they trained in the steps before it, by
+// count and by the digest of the indices.
+TEST(CheckpointRecord, AfterCutsTheLedgerHoldsExactlyWhatTheDevicesTrained) {
+  testing::scratch_dir dir;
+  job_config c = testing::small_job(2, 64, 1024);
+  c.faults.inject = {"jitter:1:1.0:200"};  // cpu:1 is cut every step (cut_recovery_test)
+  c.straggler.policy = straggler_policy::cut;
+  c.straggler.deadline_factor = 1.1;
+  c.train.reproducible = false;
+  c.train.record_trained = true;
+  c.train.checkpoint_every = 4;
+  c.train.keep_checkpoints = 0;
+  c.train.checkpoint_dir = (dir / "ckpt").string();
+  std::mutex m;
+  std::map<std::int64_t, std::pair<std::int64_t, std::uint64_t>> trained;  // step -> samples, digest
+  const testing::recorded_run r = testing::run_recorded(c, {}, nullptr, [&](const event& e) {
+    if (const auto* t = std::get_if<trained_event>(&e)) {
+      std::lock_guard lock(m);
+      trained[t->step].first += t->samples;
+      trained[t->step].second += t->digest;
+    }
+  });
+  ASSERT_GT(r.summary.cuts, 0);
+  const std::vector<std::uint32_t> order = epoch_order(1024, static_cast<std::uint64_t>(c.train.seed), 0, c.train.shuffle);
+  std::size_t checked = 0;
+  for (const auto& ckpt : checkpoints_in(dir / "ckpt")) {
+    SCOPED_TRACE(ckpt.string());
+    const json j = json::parse(testing::read_text(ckpt / "trainer.json"));
+    const std::int64_t step = j.at("step").get<std::int64_t>();
+    const json& ledger = j.at("ledger");
+    EXPECT_EQ(j.at("epoch"), ledger.at("epoch"));
+    if (ledger.at("epoch").get<std::int64_t>() != 0) continue;
+    const auto cursor = ledger.at("cursor").get<std::size_t>();
+    const auto front = ledger.at("front").get<std::vector<std::uint32_t>>();
+    ASSERT_LE(cursor, order.size());
+    std::int64_t samples = 0;
+    std::uint64_t digest = 0;
+    for (const auto& [s, t] : trained)
+      if (s < step) samples += t.first, digest += t.second;
+    const std::vector<std::uint32_t> handed(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(cursor));
+    std::vector<std::uint32_t> sorted_handed = handed, sorted_front = front;
+    std::sort(sorted_handed.begin(), sorted_handed.end());
+    std::sort(sorted_front.begin(), sorted_front.end());
+    EXPECT_TRUE(std::adjacent_find(sorted_front.begin(), sorted_front.end()) == sorted_front.end()) << "a front index twice";
+    EXPECT_TRUE(std::includes(sorted_handed.begin(), sorted_handed.end(), sorted_front.begin(), sorted_front.end()))
+        << "the front holds an index not handed out yet";
+    EXPECT_EQ(static_cast<std::int64_t>(cursor - front.size()), samples) << "committed samples at step " << step;
+    EXPECT_EQ(sample_digest(handed) - sample_digest(front), digest) << "the committed indices at step " << step;
+    ++checked;
+  }
+  EXPECT_GE(checked, 4u);
 }
 
 }  // namespace

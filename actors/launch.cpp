@@ -184,6 +184,7 @@ void plan_rounds(const job_config& config, const run_options& options, int repli
   plan.shape.every = s.every / s.fragments;  // with fragments a step is 1/P of a round (See Note [Fragments])
   plan.shape.workers = s.workers > 0 ? s.workers : replicas;
   plan.shape.batch = config.train.batch_size;
+  plan.shape.fragments = s.fragments;
   if (config.train.batch_size % plan.shape.workers != 0)
     throw config_error(config.source + ": train.batch_size = " + std::to_string(config.train.batch_size) +
                        " does not split evenly over " + std::to_string(plan.shape.workers) +

@@ -176,14 +176,17 @@ void issue_message(loader_ptr self) {
       const auto slice_rows = st.setup.rounds ? static_cast<std::uint32_t>(st.setup.rounds->share_rows(
                                                     static_cast<std::int64_t>(indices.size())))
                                               : st.setup.slice_rows;
-      const std::size_t slices = (indices.size() + slice_rows - 1) / slice_rows;
+      const std::size_t slices =
+          st.setup.rounds ? static_cast<std::size_t>(st.setup.rounds->slices(static_cast<std::int64_t>(indices.size())))
+                          : (indices.size() + slice_rows - 1) / slice_rows;
       const auto sizes = split_by_weight(slices, weights, rotation);
       const auto board = std::make_shared<slice_board>(slices, st.setup.steal_slices);
       std::uint32_t first = 0;
       for (std::size_t r = 0; r < members.size(); ++r) {
         const auto last = first + static_cast<std::uint32_t>(sizes[r]);
         out[r].steps.push_back(step_shard{step, epoch, {indices.begin(), indices.end()}, slice_rows, first,
-                                          last, board, position, st.lr_override, rows});
+                                          last, board, position, st.lr_override, rows,
+                                          static_cast<std::uint32_t>(slices)});
         first = last;
       }
     } else {

@@ -28,7 +28,10 @@
 // all of them, plain DiLoCo), and at its end contributes, on fragment
 // s mod P only, w_k x (global - inner), w_k the samples it trained since that
 // fragment's last exchange (kept in its state, so a short step at an epoch's
-// end weighs what the worker trained). The update divides the sum by the
+// end weighs what the worker trained). Every worker takes part in every
+// step, also one whose share of a short step is empty (round_shape::slices):
+// it takes no inner step but still contributes what it trained since the
+// fragment's last exchange. The update divides the sum by the
 // weights' sum (the step header's h_weight) and the outer optimizer updates
 // that fragment; the rest of the global state carries over.
 //

@@ -29,6 +29,7 @@ struct round_shape {
   std::int64_t workers = 1;  // K
   std::int64_t batch = 1;    // B: one inner step of every worker together
   std::int64_t rows = 0;     // samples of an epoch
+  std::int64_t fragments = 1;  // sync.fragments (See Note [Fragments])
 
   static std::int64_t ceil_div(std::int64_t a, std::int64_t b) noexcept { return (a + b - 1) / b; }
 
@@ -41,6 +42,11 @@ struct round_shape {
   }
   // The rows of each worker's share of a round of n samples.
   std::int64_t share_rows(std::int64_t n) const noexcept { return std::max<std::int64_t>(1, ceil_div(n, workers)); }
+  // The slices of a round of n samples, a worker's round each: every worker
+  // with rows; with fragments every worker, rows or not, because one with
+  // none still contributes what it trained since its fragment's last
+  // exchange (See Note [Fragments]).
+  std::int64_t slices(std::int64_t n) const noexcept { return fragments > 1 ? workers : ceil_div(n, share_rows(n)); }
   // Inner steps over a share of m rows.
   std::int64_t inner_steps(std::int64_t m) const noexcept { return ceil_div(m, worker_batch()); }
   std::int64_t inner_steps_per_epoch() const noexcept {

@@ -149,7 +149,7 @@ step_runner::computed step_runner::compute_slices(const step_shard& shard, repli
     }
     const std::size_t buffer = free_.back();
     free_.pop_back();
-    const std::size_t at = slice * shard.slice_rows;
+    const std::size_t at = std::min(rows.size(), slice * shard.slice_rows);  // a round's empty slices start at the end
     const auto slice_rows = rows.subspan(at, std::min<std::size_t>(shard.slice_rows, rows.size() - at));
     control.progress.mark(device_phase::forward, shard.step);
     c.stats += work != nullptr

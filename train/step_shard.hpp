@@ -30,10 +30,15 @@ struct step_shard {
   // Stream mode: the step's records, which `indices` address (in-process
   // only, not serialised). Null: the training set's rows.
   std::shared_ptr<const dataset> rows;
+  // The step's slices; 0: as many as the indices fill. A round with
+  // fragments has a slice for every logical worker, rows or not
+  // (round_shape::slices); the ones past the indices are empty.
+  std::uint32_t slice_count = 0;
 
   bool sliced() const noexcept { return slice_rows > 0; }
   std::size_t slices() const noexcept {
-    return sliced() ? (indices.size() + slice_rows - 1) / slice_rows : 0;
+    if (!sliced()) return 0;
+    return slice_count > 0 ? slice_count : (indices.size() + slice_rows - 1) / slice_rows;
   }
 };
 

@@ -20,7 +20,8 @@ checkpoint_writer_actor::behavior_type checkpoint_writer_behavior(std::shared_pt
           const std::span<const float> state(msg.state);
           const std::size_t replica = std::min(state.size(), setup->layout.total_size());
           worker_states workers;
-          if (setup->inner) workers = {&*setup->inner, state.subspan(replica), setup->residual, setup->fragments};
+          if (setup->inner)
+            workers = {&*setup->inner, state.subspan(replica), setup->residual, setup->fragments, setup->delayed};
           reply.path = setup->directory->write(setup->layout, state.first(replica), record, setup->keep, workers).string();
         } catch (const std::exception& e) {
           reply.error = e.what();

@@ -29,6 +29,7 @@ struct checkpoint_writer_setup {
   std::optional<state_layout> inner;
   bool residual = false;      // the workers' states hold a codec's residual
   std::size_t fragments = 1;  // and with fragments their parameters (See Note [A logical worker's state])
+  bool delayed = false;       // and with sync.delay their progress
 };
 
 // Answers each write_checkpoint_msg with a checkpoint_written_msg.

@@ -72,7 +72,7 @@ std::int64_t checkpoint_sync_integer(const std::string& config_toml, const std::
 // The logical workers of a resumed round mode: K is the checkpoint's.
 void resume_workers(const job_config& config, loaded_checkpoint& ckpt, launch_plan& plan) {
   const std::size_t per = worker_floats(plan.inner_layout, config.sync.codec != sync_codec::fp32,
-                                       static_cast<std::size_t>(config.sync.fragments));
+                                       static_cast<std::size_t>(config.sync.fragments), config.sync.delay > 0);
   const auto workers = static_cast<std::int64_t>(ckpt.workers.size() / per);
   const std::string where = ckpt.directory.string() + ": ";
   if (config.sync.workers > 0 && config.sync.workers != workers)
@@ -114,10 +114,18 @@ void load_initial_state(const job_config& config, const run_options& options, la
                            std::to_string(config.sync.fragments) +
                            ": its steps and the logical workers' parameters are the fragments' (a run keeps its "
                            "fragments from start to end)");
+      const std::int64_t delay = checkpoint_sync_integer(ckpt_config, "delay", 0);
+      if (delay != config.sync.delay)
+        throw config_error(visible(options.resume_from) + ": the checkpoint is of a run with sync.delay = " +
+                           std::to_string(delay) + ", this config has sync.delay = " +
+                           std::to_string(config.sync.delay) +
+                           ": its outer optimizer holds " + (delay > 0 ? "an exchange not yet applied" : "none") +
+                           " and its logical workers' states are the delay's (a run keeps its delay from start to "
+                           "end)");
     }
     loaded_checkpoint ckpt = read_checkpoint(options.resume_from, plan.layout, plan.rounds ? &plan.inner_layout : nullptr,
                                              config.sync.codec != sync_codec::fp32,
-                                             static_cast<std::size_t>(config.sync.fragments));
+                                             static_cast<std::size_t>(config.sync.fragments), config.sync.delay > 0);
     const trainer_record& r = ckpt.record;
     const std::string where = ckpt.directory.string() + ": ";
     if (plan.rounds) resume_workers(config, ckpt, plan);
@@ -200,6 +208,7 @@ void plan_rounds(const job_config& config, const run_options& options, int repli
   o.lr = s.mode == sync_mode::diloco ? s.outer_lr : 1.0;
   o.momentum = nesterov ? s.outer_momentum : 0.0;
   o.nesterov = nesterov;
+  o.delayed = s.delay > 0;  // See Note [Delayed rounds]
   plan.rounds = std::make_shared<round_setup>();
   plan.inner_layout = make_state_layout(config.model, config.optimizer);
 }
@@ -211,6 +220,8 @@ void finish_round_plan(const job_config& config, launch_plan& plan) {
   rounds->codec = config.sync.codec;
   rounds->fragments = config.sync.fragments;
   rounds->parameters = plan.inner_layout.parameter_size;
+  rounds->delayed = config.sync.delay > 0;
+  rounds->last_step = plan.run_steps - 1;
   plan.schedule = lr_schedule{};
   plan.schedule.kind = schedule_kind::constant;
   plan.schedule.base_lr = plan.outer_optimizer.lr;
@@ -512,6 +523,7 @@ std::shared_ptr<const checkpoint_writer_setup> make_writer_setup(const job_confi
     setup->inner = plan.inner_layout;
     setup->residual = plan.rounds->residual();
     setup->fragments = static_cast<std::size_t>(plan.rounds->fragments);
+    setup->delayed = plan.rounds->delayed;
   }
   return setup;
 }

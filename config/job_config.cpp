@@ -27,7 +27,13 @@ namespace {
 // The [sync] section against the rest of the job (docs/async.md).
 void validate_sync(const job_config& c, const std::string& where) {
   const sync_config& s = c.sync;
-  if (!s.rounds()) return;
+  if (!s.rounds()) {
+    if (s.delay > 0)
+      throw config_error(where + "sync.delay = " + std::to_string(s.delay) + " needs a round mode (sync.mode = "
+                         "\"local_sgd\" or \"diloco\"): sync.mode = \"every_step\" applies each step's exchange "
+                         "in that step");
+    return;
+  }
   const std::string mode = "sync.mode = \"" + sync_mode_name(s.mode) + "\"";
   if (s.workers > 0 && c.train.batch_size % s.workers != 0)
     throw config_error(where + "train.batch_size = " + std::to_string(c.train.batch_size) +
@@ -53,15 +59,14 @@ void validate_sync(const job_config& c, const std::string& where) {
   if (!c.train.reproducible)
     throw config_error(where + mode + " needs train.reproducible = true in this version (the fast mode's rounds, "
                        "which commit the survivors of a failure, are not built yet)");
-  const auto not_yet = [&](const std::string& key) {
-    throw config_error(where + key + " is not built yet in this version: " + mode +
-                       " applies each round's exchange in the round that made it (docs/async.md)");
-  };
   if (s.every % s.fragments != 0)
     throw config_error(where + "sync.every = " + std::to_string(s.every) + " does not split into sync.fragments = " +
                        std::to_string(s.fragments) + " equal parts: each fragment is exchanged every sync.every inner "
                        "steps, at its own offset of sync.every / sync.fragments");
-  if (s.delay > 0) not_yet("sync.delay = 1");
+  if (s.delay > 0 && s.fragments > 1)
+    throw config_error(where + "sync.delay = 1 with sync.fragments = " + std::to_string(s.fragments) +
+                       " is not built yet in this version: the delay applies a whole round's exchange one round "
+                       "late (docs/async.md); use one or the other");
 }
 
 }  // namespace

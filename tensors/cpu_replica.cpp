@@ -103,6 +103,7 @@ void cpu_replica::update_in_place(double lr, double total_samples) {
   const std::int64_t steps = optimizer_steps();
   if (total_samples > 0.0) write_update(lr, total_samples, 0, layout_.parameter_size, sections_[current_]);
   write_step_counter(state().span(), layout_, steps + 1);
+  flush_ = false;
 }
 
 void cpu_replica::write_update(double lr, double total_samples, std::size_t begin, std::size_t end,
@@ -135,7 +136,7 @@ void cpu_replica::write_update(double lr, double total_samples, std::size_t begi
   optimizer_step(opt_, from[0].subspan(begin, n), to[0].subspan(begin, n), gradients().subspan(begin, n),
                  std::span<const std::span<const float>>(slots_in.data(), n_slots),
                  std::span<const std::span<float>>(slots_out.data(), n_slots), static_cast<float>(1.0 / total_samples), lr,
-                 optimizer_steps());
+                 optimizer_steps(), flush_);
 }
 
 void cpu_replica::skip_step() { write_step_counter(state().span(), layout_, optimizer_steps() + 1); }
@@ -145,6 +146,7 @@ void cpu_replica::finish_step() {
   const std::int64_t steps = optimizer_steps();
   current_ = 1 - current_;
   write_step_counter(state().span(), layout_, steps + 1);
+  flush_ = false;
 }
 
 std::vector<float> cpu_replica::export_state() const { return {state().data(), state().data() + state().size()}; }

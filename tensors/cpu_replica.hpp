@@ -34,6 +34,7 @@ class cpu_replica final : public replica {
   void finish_step() override;
   void skip_step() override;
   void update_in_place(double lr, double total_samples) override;
+  void flush_next_update() override { flush_ = true; }
   std::span<const std::span<float>> state_sections() override { return sections_[1 - current_]; }
 
   std::span<float> state_buffer() override { return state().span(); }
@@ -61,6 +62,7 @@ class cpu_replica final : public replica {
   aligned_buffer<float> grads_;  // gradient sums (parameter layout)
   bool grads_written_ = true;    // false after zero_grad() until the first accumulate() writes them
   double samples_ = 0.0;
+  bool flush_ = false;  // See flush_next_update()
   std::vector<aligned_buffer<float>> scratch_;  // See scratch_gradients()
   aligned_buffer<float> x_;      // (micro_batch, inputs)
   aligned_buffer<std::int32_t> y_;

@@ -2,6 +2,7 @@
 
 #include "tensors/simd.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cassert>
 #include <cmath>
@@ -99,6 +100,44 @@ DPACTOR_MULTIVERSION void adamw_in_place(const optimizer_config& cfg, float* __r
   adamw_body(cfg, p, p, gp, m, m, v, v, n, scale, lr, step);
 }
 
+// See Note [Delayed rounds]: the last slot holds the update the previous
+// call brought (its gradient times its scale), which this call applies, and
+// keeps this call's; a flush applies both, the held one first, and keeps
+// nothing.
+void delayed_sgd(const optimizer_config& cfg, std::span<const float> params_in, std::span<float> params_out,
+                 std::span<const float> grads, std::span<const std::span<const float>> slots_in,
+                 std::span<const std::span<float>> slots_out, float grad_scale, double lr, std::int64_t step,
+                 bool flush) noexcept {
+  const std::size_t n = params_out.size();
+  const bool momentum = cfg.momentum != 0.0;
+  assert(slots_out.size() == (momentum ? 2u : 1u));
+  const float* held_in = slots_in.back().data();
+  float* held_out = slots_out.back().data();
+  constexpr std::size_t chunk = 256;
+  std::array<float, chunk> held, fresh;
+  for (std::size_t at = 0; at < n; at += chunk) {
+    const std::size_t m = std::min(chunk, n - at);
+    for (std::size_t i = 0; i < m; ++i) {
+      held[i] = held_in[at + i];
+      fresh[i] = grads[at + i] * grad_scale;
+    }
+    // The kernels the other steps use, so that the arithmetic is theirs
+    // (the same contractions into fused multiply-adds).
+    float* buf_out = momentum ? slots_out[0].data() + at : nullptr;
+    if (params_in.data() == params_out.data())
+      sgd_in_place(cfg, params_out.data() + at, held.data(), buf_out, m, 1.0f, lr, step);
+    else
+      sgd_apart(cfg, params_in.data() + at, params_out.data() + at, held.data(),
+                momentum ? slots_in[0].data() + at : nullptr, buf_out, m, 1.0f, lr, step);
+    if (flush) {
+      sgd_in_place(cfg, params_out.data() + at, fresh.data(), buf_out, m, 1.0f, lr, step + 1);
+      std::fill_n(held_out + at, m, 0.0f);
+    } else {
+      std::copy_n(fresh.data(), m, held_out + at);
+    }
+  }
+}
+
 }  // namespace
 
 std::optional<optimizer_kind> parse_optimizer(std::string_view name) noexcept {
@@ -113,19 +152,25 @@ std::string_view optimizer_name(optimizer_kind kind) noexcept {
 
 std::vector<std::string> optimizer_slot_names(const optimizer_config& cfg) {
   if (cfg.kind == optimizer_kind::adamw) return {"exp_avg", "exp_avg_sq"};
-  if (cfg.momentum != 0.0) return {"momentum_buffer"};
-  return {};
+  std::vector<std::string> slots;
+  if (cfg.momentum != 0.0) slots.emplace_back("momentum_buffer");
+  if (cfg.delayed) slots.emplace_back("pending");
+  return slots;
 }
 
 void optimizer_step(const optimizer_config& cfg, std::span<const float> params_in, std::span<float> params_out,
                     std::span<const float> grads, std::span<const std::span<const float>> slots_in,
-                    std::span<const std::span<float>> slots_out, float grad_scale, double lr, std::int64_t step) noexcept {
+                    std::span<const std::span<float>> slots_out, float grad_scale, double lr, std::int64_t step,
+                    bool flush) noexcept {
   const std::size_t n = params_out.size();
   assert(params_in.size() == n && grads.size() >= n && slots_in.size() == slots_out.size());
   // In place: every output is its input; otherwise no two buffers overlap.
   const bool in_place = params_in.data() == params_out.data();
   for (std::size_t s = 0; s < slots_out.size(); ++s) assert((slots_in[s].data() == slots_out[s].data()) == in_place);
-  if (cfg.kind == optimizer_kind::sgd) {
+  if (cfg.delayed) {
+    assert(cfg.kind == optimizer_kind::sgd);
+    delayed_sgd(cfg, params_in, params_out, grads, slots_in, slots_out, grad_scale, lr, step, flush);
+  } else if (cfg.kind == optimizer_kind::sgd) {
     const bool momentum = cfg.momentum != 0.0;
     assert(slots_out.size() == (momentum ? 1u : 0u));
     float* buf_out = momentum ? slots_out[0].data() : nullptr;

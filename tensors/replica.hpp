@@ -49,6 +49,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -176,6 +177,13 @@ class replica {
   // and optimizer slots stay as they are, the step counter moves on by one,
   // so that the counter still numbers the steps of the run.
   virtual void skip_step() = 0;
+  // sync.delay's run's last round (See Note [Delayed rounds]): the next
+  // update (apply_update or update_in_place, up to finish_step) also applies
+  // the update its delayed optimizer holds, and keeps none. Only replicas
+  // that run the round modes have one.
+  virtual void flush_next_update() {
+    throw std::logic_error("this replica kind has no delayed optimizer (sync.delay)");
+  }
 
   // See Note [Replica state buffer]. For the CPU replica the span is host
   // memory; for a GPU replica it is device memory.

@@ -38,6 +38,7 @@ struct job_case {
   std::string mode = "every_step";  // sync.mode: the round modes run 300 rounds of 4 logical workers, H = 2
   std::string codec = "fp32";       // sync.codec of the round modes
   int fragments = 1;                // sync.fragments (a step is then H / P inner steps)
+  int delay = 0;                    // sync.delay
 };
 
 class SameBytes : public ::testing::TestWithParam<job_case> {
@@ -56,7 +57,8 @@ class SameBytes : public ::testing::TestWithParam<job_case> {
     if (rounds())
       a.insert(a.end(), {"--set", "sync.mode=\"" + GetParam().mode + "\"", "--set", "sync.workers=4", "--set",
                          "sync.every=2", "--set", "sync.codec=\"" + GetParam().codec + "\"", "--set",
-                         "sync.fragments=" + std::to_string(GetParam().fragments)});
+                         "sync.fragments=" + std::to_string(GetParam().fragments), "--set",
+                         "sync.delay=" + std::to_string(GetParam().delay)});
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   }
@@ -151,12 +153,13 @@ TEST_P(SameBytes, ARunStoppedBySigintAtARandomStepAndResumed) {
 // The CNN's steps are 64 samples: slices of 16 give four to share.
 INSTANTIATE_TEST_SUITE_P(Slices, SameBytes,
                          ::testing::Values(job_case{"mlp", 64}, job_case{"mlp", 16}, job_case{"cnn", 16},
-                                           job_case{"mlp", 64, "local_sgd", "int8"},
+                                           job_case{"mlp", 64, "diloco", "int8", 1, 1},
                                            job_case{"mlp", 64, "diloco", "bf16", 2}),
                          [](const auto& info) {
                            if (info.param.mode != "every_step")
                              return info.param.config + "_" + info.param.mode + "_" + info.param.codec +
-                                    (info.param.fragments > 1 ? "_fragments" + std::to_string(info.param.fragments) : "");
+                                    (info.param.fragments > 1 ? "_fragments" + std::to_string(info.param.fragments) : "") +
+                                    (info.param.delay > 0 ? "_delay" : "");
                            return info.param.config + "_micro_batch_" + std::to_string(info.param.micro_batch);
                          });
 

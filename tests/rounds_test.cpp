@@ -77,6 +77,8 @@ TEST(LogicalWorkerStore, ARoundReadsTheStateItsWorkerWroteForTheRoundBefore) {
 // The plain loop: `rounds` rounds of K workers, H inner steps each.
 struct reference_run {
   std::vector<float> global, outer_slot;
+  std::vector<float> held;  // sync.delay: the reduced update not applied yet
+  std::vector<std::vector<float>> progress;  // sync.delay: each worker's progress not in `global` yet
 };
 
 // Note [Int8 pseudo-gradients], written out: the workers' values with
@@ -145,7 +147,14 @@ std::vector<float> bf16_exchange(std::vector<std::vector<float>>& values, std::v
   return sum;
 }
 
-reference_run reference_rounds(const job_config& c, int rounds, double outer_lr, double outer_momentum, bool nesterov) {
+// Note [Delayed rounds], written out (sync.delay = 1): each worker starts
+// from the global weights plus its progress, and each round's outer step
+// applies the previous round's reduced update; the run's last step
+// (`last_step`, default the last of `rounds`) applies both.
+reference_run reference_rounds(const job_config& c, int rounds, double outer_lr, double outer_momentum, bool nesterov,
+                               int last_step = -1) {
+  if (last_step < 0) last_step = rounds - 1;
+  const bool delayed = c.sync.delay > 0;
   const bool int8 = c.sync.codec == sync_codec::int8;
   const bool bf16 = c.sync.codec == sync_codec::bf16;
   set_blas_threads(1);
@@ -154,7 +163,9 @@ reference_run reference_rounds(const job_config& c, int rounds, double outer_lr,
   const auto B = static_cast<std::size_t>(c.train.batch_size), b = B / K;
   mlp model(c.model, b);
   const std::size_t n = model.layout().size();
-  reference_run run{std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f)};
+  reference_run run{std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f),
+                    std::vector<std::vector<float>>(K, std::vector<float>(n, 0.0f))};
+  std::vector<std::vector<float>>& progress = run.progress;
   init_mlp_parameters(c.model, run.global, static_cast<std::uint64_t>(c.train.seed));
   std::vector<std::vector<float>> inner_slot(K, std::vector<float>(n, 0.0f));
   std::vector<std::int64_t> inner_steps(K, 0);
@@ -200,6 +211,9 @@ reference_run reference_rounds(const job_config& c, int rounds, double outer_lr,
       std::vector<float> w = own[k];
       std::copy(run.global.begin() + static_cast<std::ptrdiff_t>(lb), run.global.begin() + static_cast<std::ptrdiff_t>(le),
                 w.begin() + static_cast<std::ptrdiff_t>(lb));
+      if (delayed)
+        for (std::size_t i = 0; i < n; ++i) w[i] = run.global[i] + progress[k][i];
+      const std::vector<float> started = w;
       const std::size_t first = std::min(n_step, k * share), mine = std::min(n_step, first + share) - first;
       for (std::size_t j = 0; j * b < mine; ++j) {
         const std::size_t len = std::min(b, mine - j * b);
@@ -218,7 +232,8 @@ reference_run reference_rounds(const job_config& c, int rounds, double outer_lr,
       const float samples = since[k][static_cast<std::size_t>(r) % P];
       since[k][static_cast<std::size_t>(r) % P] = 0.0f;
       weights += samples;
-      for (std::size_t i = fb; i < fe; ++i) pseudo[k][i] = samples * (run.global[i] - w[i]);
+      for (std::size_t i = fb; i < fe; ++i) pseudo[k][i] = samples * ((delayed ? started[i] : run.global[i]) - w[i]);
+      for (std::size_t i = 0; delayed && i < n; ++i) progress[k][i] = r == last_step ? 0.0f : w[i] - started[i];
       own[k] = w;
     }
     // The summation tree over 4 workers: (0 + 1) + (2 + 3); or the codec's.
@@ -228,6 +243,20 @@ reference_run reference_rounds(const job_config& c, int rounds, double outer_lr,
     else
       for (std::size_t i = 0; i < n; ++i) sum[i] = (pseudo[0][i] + pseudo[1][i]) + (pseudo[2][i] + pseudo[3][i]);
     const std::span<float> slots[1] = {std::span<float>(run.outer_slot).subspan(fb, fe - fb)};
+    const auto scale = static_cast<float>(1.0 / static_cast<double>(weights));
+    if (delayed) {
+      std::vector<float> fresh(n);
+      for (std::size_t i = 0; i < n; ++i) fresh[i] = sum[i] * scale;
+      optimizer_step(outer, run.global, run.held, std::span<const std::span<float>>(slots, outer_momentum != 0.0 ? 1 : 0),
+                     1.0f, outer_lr, r);
+      if (r == last_step) {
+        optimizer_step(outer, run.global, fresh, std::span<const std::span<float>>(slots, outer_momentum != 0.0 ? 1 : 0),
+                       1.0f, outer_lr, r + 1);
+        std::fill(fresh.begin(), fresh.end(), 0.0f);
+      }
+      run.held = fresh;
+      continue;
+    }
     optimizer_step(outer, std::span<float>(run.global).subspan(fb, fe - fb), std::span<float>(sum).subspan(fb, fe - fb),
                    slots, static_cast<float>(1.0 / static_cast<double>(weights)), outer_lr, r);
   }
@@ -244,6 +273,21 @@ std::vector<float> by_tensor(const job_config& c, const std::vector<float>& flat
   return out;
 }
 
+// Every logical worker's progress (sync.delay), worker after worker, in the
+// checkpoint's tensor order.
+std::vector<float> worker_progress(const std::filesystem::path& checkpoint, const job_config& c) {
+  const auto file = load_safetensors(checkpoint / "workers.safetensors");
+  std::vector<float> values;
+  const flat_layout layout = mlp_layout(c.model);
+  for (std::int64_t k = 0; k < c.sync.workers; ++k)
+    for (const auto& t : layout.tensors()) {
+      const auto* found = file.find("worker." + std::to_string(k) + ".progress." + t.name);
+      if (found == nullptr) return {};
+      values.insert(values.end(), found->values.begin(), found->values.end());
+    }
+  return values;
+}
+
 std::vector<float> optimizer_values(const std::filesystem::path& checkpoint) {
   std::vector<float> values;
   for (const auto& t : load_safetensors(checkpoint / "optimizer.safetensors").tensors)
@@ -252,7 +296,7 @@ std::vector<float> optimizer_values(const std::filesystem::path& checkpoint) {
 }
 
 job_config round_job(std::int64_t devices, sync_mode mode, const std::filesystem::path& dir,
-                     sync_codec codec = sync_codec::fp32, std::int64_t fragments = 1) {
+                     sync_codec codec = sync_codec::fp32, std::int64_t fragments = 1, std::int64_t delay = 0) {
   // With fragments, 905 samples: the epoch's last step (9 samples) gives
   // the workers shares of 3, 3, 3 and none, so the weights of the
   // fragments' exchanges differ and the last worker contributes its earlier
@@ -261,6 +305,8 @@ job_config round_job(std::int64_t devices, sync_mode mode, const std::filesystem
   job_config c = testing::small_job(devices, 64, fragments > 1 ? 905 : 1024);
   c.sync.codec = codec;
   c.sync.fragments = fragments;
+  c.sync.delay = delay;
+  if (delay > 0) c.train.checkpoint_every = 1;  // the round before the last holds an update not applied yet
   c.schedule.kind = schedule_kind::step;  // the inner rate falls every inner step: a position off by one shows
   c.schedule.step_size = 1;
   c.schedule.gamma = 0.9;
@@ -277,6 +323,7 @@ struct reference_case {
   sync_mode mode;
   sync_codec codec = sync_codec::fp32;
   std::int64_t fragments = 1;
+  std::int64_t delay = 0;
 };
 
 class ReferenceRounds : public ::testing::TestWithParam<reference_case> {};
@@ -285,23 +332,61 @@ TEST_P(ReferenceRounds, TheEngineMatchesAPlainLoopBitwiseForThreeRoundsOnOneAndT
   const sync_mode mode = GetParam().mode;
   const sync_codec codec = GetParam().codec;
   const std::int64_t fragments = GetParam().fragments;
+  const std::int64_t delay = GetParam().delay;
   const bool diloco = mode == sync_mode::diloco;
   testing::scratch_dir dir;
-  const job_config shape = round_job(1, mode, dir / "shape", codec, fragments);
+  const job_config shape = round_job(1, mode, dir / "shape", codec, fragments, delay);
   const int steps = static_cast<int>(shape.train.max_steps);
-  const reference_run expected =
-      diloco ? reference_rounds(shape, steps, 0.7, 0.9, true) : reference_rounds(shape, steps, 1.0, 0.0, false);
+  const auto reference = [&](const job_config& c, int rounds, int last_step = -1) {
+    return diloco ? reference_rounds(c, rounds, 0.7, 0.9, true, last_step)
+                  : reference_rounds(c, rounds, 1.0, 0.0, false, last_step);
+  };
+  const reference_run expected = reference(shape, steps);
+  // The outer optimizer's file: the momentum (diloco), then with the delay
+  // the update it holds.
+  const auto outer_file = [&](const reference_run& r) {
+    std::vector<float> values = diloco ? by_tensor(shape, r.outer_slot) : std::vector<float>{};
+    if (delay > 0) {
+      const std::vector<float> held = by_tensor(shape, r.held);
+      values.insert(values.end(), held.begin(), held.end());
+    }
+    return values;
+  };
+  const auto progress_file = [&](const reference_run& r) {
+    std::vector<float> values;
+    for (const auto& d : r.progress) {
+      const std::vector<float> one = by_tensor(shape, d);
+      values.insert(values.end(), one.begin(), one.end());
+    }
+    return values;
+  };
   for (const std::int64_t devices : {1, 2}) {
     SCOPED_TRACE(std::to_string(devices) + " device(s)");
-    const job_config c = round_job(devices, mode, dir / ("d" + std::to_string(devices)), codec, fragments);
+    const job_config c = round_job(devices, mode, dir / ("d" + std::to_string(devices)), codec, fragments, delay);
     Engine engine(c);
     engine.start();
     const run_summary s = engine.wait();
     ASSERT_EQ(s.steps, steps);
     EXPECT_EQ(testing::checkpoint_parameters(s.checkpoint), by_tensor(c, expected.global));
-    if (diloco) {
-      EXPECT_EQ(optimizer_values(s.checkpoint), by_tensor(c, expected.outer_slot));
+    EXPECT_EQ(optimizer_values(s.checkpoint), outer_file(expected));
+    if (delay > 0) {
+      // Two rounds in: the second round's update is held, not applied.
+      const reference_run two = reference(shape, 2, steps - 1);
+      const std::filesystem::path second = std::filesystem::path(c.train.checkpoint_dir) / "step-00000002";
+      EXPECT_EQ(testing::checkpoint_parameters(second), by_tensor(c, two.global));
+      EXPECT_EQ(optimizer_values(second), outer_file(two));
+      EXPECT_NE(two.held, std::vector<float>(two.held.size(), 0.0f));
+      EXPECT_EQ(worker_progress(second, c), progress_file(two));
+      // The last round is applied at once: nothing is held after it.
+      EXPECT_EQ(worker_progress(s.checkpoint, c), progress_file(expected));
+      EXPECT_EQ(expected.held, std::vector<float>(expected.held.size(), 0.0f));
+      EXPECT_EQ(progress_file(expected), std::vector<float>(progress_file(expected).size(), 0.0f));
     }
+  }
+  if (delay > 0) {  // the comparison can tell the delay from none
+    job_config none = shape;
+    none.sync.delay = 0;
+    EXPECT_NE(by_tensor(shape, reference(none, steps).global), by_tensor(shape, expected.global));
   }
   if (codec != sync_codec::fp32) {  // the comparison can tell the codec from fp32
     job_config fp32 = shape;
@@ -324,13 +409,16 @@ INSTANTIATE_TEST_SUITE_P(Modes, ReferenceRounds,
                          ::testing::Values(reference_case{sync_mode::local_sgd}, reference_case{sync_mode::diloco},
                                            reference_case{sync_mode::diloco, sync_codec::int8},
                                            reference_case{sync_mode::diloco, sync_codec::fp32, 2},
-                                           reference_case{sync_mode::diloco, sync_codec::bf16, 2}),
+                                           reference_case{sync_mode::diloco, sync_codec::bf16, 2},
+                                           reference_case{sync_mode::local_sgd, sync_codec::fp32, 1, 1},
+                                           reference_case{sync_mode::diloco, sync_codec::fp32, 1, 1},
+                                           reference_case{sync_mode::diloco, sync_codec::int8, 1, 1}),
                          [](const auto& info) {
                            return std::string(info.param.mode == sync_mode::diloco ? "diloco" : "local_sgd") +
                                   (info.param.codec == sync_codec::int8   ? "_int8"
                                    : info.param.codec == sync_codec::bf16 ? "_bf16"
                                                                           : "") +
-                                  (info.param.fragments > 1 ? "_fragments" : "");
+                                  (info.param.fragments > 1 ? "_fragments" : "") + (info.param.delay > 0 ? "_delay" : "");
                          });
 
 
@@ -362,8 +450,16 @@ TEST(RoundsConfig, BadInputIsRefusedNamingTheKeyAndTheValue) {
   EXPECT_NE(split_h.find("sync.every = 16 does not split into sync.fragments = 3 equal parts"), std::string::npos)
       << split_h;
   EXPECT_EQ(sync_error({"sync.mode=\"diloco\"", "sync.every=16", "sync.fragments=4"}), testing::no_error);
-  const std::string delay = sync_error({"sync.mode=\"diloco\"", "sync.delay=1"});
-  EXPECT_NE(delay.find("sync.delay = 1 is not built yet"), std::string::npos) << delay;
+  EXPECT_EQ(sync_error({"sync.mode=\"diloco\"", "sync.delay=1"}), testing::no_error);
+  EXPECT_EQ(sync_error({"sync.mode=\"local_sgd\"", "sync.delay=1", "sync.codec=\"int8\""}), testing::no_error);
+  const std::string delay = sync_error({"sync.delay=1"});
+  EXPECT_NE(delay.find("sync.delay = 1 needs a round mode"), std::string::npos) << delay;
+  const std::string delay_fragments =
+      sync_error({"sync.mode=\"diloco\"", "sync.delay=1", "sync.every=16", "sync.fragments=2"});
+  EXPECT_NE(delay_fragments.find("sync.delay = 1 with sync.fragments = 2 is not built yet"), std::string::npos)
+      << delay_fragments;
+  const std::string delay_two = sync_error({"sync.mode=\"diloco\"", "sync.delay=2"});
+  EXPECT_NE(delay_two.find("sync.delay"), std::string::npos) << delay_two;
   EXPECT_EQ(sync_error({"sync.mode=\"diloco\"", "sync.codec=\"bf16\""}), testing::no_error);
   EXPECT_EQ(sync_error({"sync.mode=\"diloco\"", "sync.workers=4", "sync.every=64"}), testing::no_error);
   EXPECT_EQ(sync_error({"sync.mode=\"diloco\"", "sync.codec=\"int8\""}), testing::no_error);
@@ -449,6 +545,13 @@ TEST(RoundsResume, AResumeFromAMidEpochCheckpointOnOneDeviceEndsWithTheBytesOfTh
     e.start();
   });
   EXPECT_NE(message.find("sync.fragments = 1, this config has sync.fragments = 2"), std::string::npos) << message;
+  other.sync.fragments = 1;
+  other.sync.delay = 1;
+  message = testing::error_of<config_error>([&] {
+    Engine e(other, testing::resume_from(dir / "first" / "step-00000003"));
+    e.start();
+  });
+  EXPECT_NE(message.find("sync.delay = 0, this config has sync.delay = 1"), std::string::npos) << message;
 }
 
 // Every sample once, by the devices' own account (trained events, not the

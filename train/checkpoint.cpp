@@ -46,7 +46,7 @@ std::string worker_tensor(std::size_t k, const std::string& name) { return "work
 
 void save_workers(const fs::path& file, const worker_states& w) {
   const state_layout& inner = *w.inner;
-  const worker_state_shape shape = worker_state_shape::of(inner, w.residual, w.fragments);
+  const worker_state_shape shape = worker_state_shape::of(inner, w.residual, w.fragments, w.delayed);
   const std::size_t per = shape.size(), count = w.states.size() / per;
   const std::size_t params = inner.parameter_tensors, all = inner.layout.tensors().size();
   std::vector<std::string> names;
@@ -70,6 +70,11 @@ void save_workers(const fs::path& file, const worker_states& w) {
       names.push_back(worker_tensor(k, "inner." + t.name));
       tensors.push_back({names.back(), t.shape, w.states.subspan(k * per + shape.parameters_at() + t.offset, t.numel())});
     }
+    for (std::size_t i = 0; shape.delayed && i < params; ++i) {
+      const auto& t = inner.layout.tensors()[i];
+      names.push_back(worker_tensor(k, "progress." + t.name));
+      tensors.push_back({names.back(), t.shape, w.states.subspan(k * per + shape.progress_at() + t.offset, t.numel())});
+    }
     if (shape.own_parameters()) {
       names.push_back(worker_tensor(k, "fragment_samples"));
       tensors.push_back({names.back(), {static_cast<std::int64_t>(shape.fragments)},
@@ -87,7 +92,7 @@ void save_workers(const fs::path& file, const worker_states& w) {
 }
 
 std::vector<float> load_workers(const fs::path& file, const state_layout& inner, bool residual, std::size_t fragments,
-                                bool checksummed) {
+                                bool delayed, bool checksummed) {
   const std::string origin = file.string();
   std::error_code ec;
   if (!fs::exists(file, ec))
@@ -114,7 +119,7 @@ std::vector<float> load_workers(const fs::path& file, const state_layout& inner,
   if (count == 0 || count > 4096 || steps.size() != count)
     throw checkpoint_error(origin + ": " + std::to_string(steps.size()) + " step counters for " +
                            std::to_string(count) + " workers");
-  const worker_state_shape shape = worker_state_shape::of(inner, residual, fragments);
+  const worker_state_shape shape = worker_state_shape::of(inner, residual, fragments, delayed);
   const std::size_t per = shape.size();
   std::vector<float> out(count * per, 0.0f);
   std::vector<float> one(inner.total_size());
@@ -147,6 +152,10 @@ std::vector<float> load_workers(const fs::path& file, const state_layout& inner,
     for (std::size_t i = 0; shape.own_parameters() && i < inner.parameter_tensors; ++i) {
       const auto& spec = inner.layout.tensors()[i];
       take(worker_tensor(k, "inner." + spec.name), spec.shape, out.data() + k * per + shape.parameters_at() + spec.offset);
+    }
+    for (std::size_t i = 0; delayed && i < inner.parameter_tensors; ++i) {
+      const auto& spec = inner.layout.tensors()[i];
+      take(worker_tensor(k, "progress." + spec.name), spec.shape, out.data() + k * per + shape.progress_at() + spec.offset);
     }
     if (shape.own_parameters())
       take(worker_tensor(k, "fragment_samples"), {static_cast<std::int64_t>(shape.fragments)},
@@ -335,7 +344,7 @@ fs::path write_checkpoint(const fs::path& root, const state_layout& layout, std:
     save_safetensors(tmp / "optimizer.safetensors", optimizer, opt_meta);
     if (workers.inner != nullptr) {
       if (workers.states.empty() ||
-          workers.states.size() % worker_floats(*workers.inner, workers.residual, workers.fragments) != 0)
+          workers.states.size() % worker_floats(*workers.inner, workers.residual, workers.fragments, workers.delayed) != 0)
         throw checkpoint_error("checkpoint of step " + std::to_string(record.step) + ": " +
                                std::to_string(workers.states.size()) + " floats of logical workers' states");
       if (const auto bad = first_nonfinite(workers.states))
@@ -354,7 +363,8 @@ fs::path write_checkpoint(const fs::path& root, const state_layout& layout, std:
     // Read back and compared before it takes a name: a checkpoint that does
     // not verify never becomes `latest`, and nothing older is pruned for it.
     try {
-      const loaded_checkpoint back = read_checkpoint(tmp, layout, workers.inner, workers.residual, workers.fragments);
+      const loaded_checkpoint back = read_checkpoint(tmp, layout, workers.inner, workers.residual, workers.fragments,
+                                                     workers.delayed);
       const auto same = [](float x, float y) { return std::bit_cast<std::uint32_t>(x) == std::bit_cast<std::uint32_t>(y); };
       for (const auto& t : layout.layout.tensors())  // the padding between tensors is not saved
         for (std::size_t i = t.offset; i < t.offset + t.numel(); ++i)
@@ -438,7 +448,7 @@ trainer_record read_trainer_record(const fs::path& path) {
 }
 
 loaded_checkpoint read_checkpoint(const fs::path& path, const state_layout& layout, const state_layout* inner,
-                                  bool residual, std::size_t fragments) {
+                                  bool residual, std::size_t fragments, bool delayed) {
   const fs::path dir = checkpoint_dir_of(path);
   loaded_checkpoint out;
   out.directory = dir;
@@ -463,7 +473,7 @@ loaded_checkpoint read_checkpoint(const fs::path& path, const state_layout& layo
   check_ranges(out.record, counter, dir);
   write_step_counter(out.state, layout, counter);
   if (inner != nullptr)
-    out.workers = load_workers(dir / workers_file, *inner, residual, fragments, out.record.checksummed);
+    out.workers = load_workers(dir / workers_file, *inner, residual, fragments, delayed, out.record.checksummed);
   return out;
 }
 

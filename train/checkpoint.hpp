@@ -6,7 +6,8 @@
 //   DIR/step-00000470/workers.safetensors    round modes: each logical worker's inner optimizer
 //                                            state "worker.<k>.<param>.<slot>", steps in metadata,
 //                                            with a codec its residual "worker.<k>.residual.<param>",
-//                                            with fragments its parameters "worker.<k>.inner.<param>"
+//                                            with fragments its parameters "worker.<k>.inner.<param>",
+//                                            with sync.delay its progress "worker.<k>.progress.<param>"
 //                                            and samples since each fragment's exchange in metadata
 //   DIR/latest                               the name of the newest one
 // Each is written under a temporary name, flushed, then renamed, so a reader
@@ -43,16 +44,18 @@ struct trainer_record {
 // inner optimizer state as an inner replica lays it out from the end of its
 // parameter section on (its slots, then the tail with its step counter),
 // worker after worker.
-// With a codec or fragments, more follows (See Note [A logical worker's
+// With a codec, fragments or the delay, more follows (See Note [A logical worker's
 // state]).
 struct worker_states {
   const state_layout* inner = nullptr;  // null: none (sync.mode = "every_step")
   std::span<const float> states;        // workers x worker_floats(*inner, residual, fragments)
   bool residual = false;
   std::size_t fragments = 1;
+  bool delayed = false;
 };
-inline std::size_t worker_floats(const state_layout& inner, bool residual = false, std::size_t fragments = 1) noexcept {
-  return worker_state_shape::of(inner, residual, fragments).size();
+inline std::size_t worker_floats(const state_layout& inner, bool residual = false, std::size_t fragments = 1,
+                                 bool delayed = false) noexcept {
+  return worker_state_shape::of(inner, residual, fragments, delayed).size();
 }
 
 // Writes a checkpoint of `state` (laid out by `layout`) under `root` and
@@ -96,10 +99,11 @@ trainer_record read_trainer_record(const std::filesystem::path& path);
 
 // With `inner` (the round modes), also the logical workers' states, which
 // must be there, with their residuals if `residual` and their own
-// parameters and sample counts if `fragments` > 1.
+// parameters and sample counts if `fragments` > 1, their progress if
+// `delayed`.
 loaded_checkpoint read_checkpoint(const std::filesystem::path& path, const state_layout& layout,
                                   const state_layout* inner = nullptr, bool residual = false,
-                                  std::size_t fragments = 1);
+                                  std::size_t fragments = 1, bool delayed = false);
 
 // Loads model weights only (e.g. --init-from): every parameter of `layout` must
 // be present as F32 with the same shape. Returns the parameter section.

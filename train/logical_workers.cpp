@@ -78,6 +78,10 @@ batch_stats logical_worker_runner::run(std::size_t k, std::int64_t round, double
     std::copy_n(own.begin() + static_cast<std::ptrdiff_t>(shape.parameters_at()), p, state_.begin());
     std::copy(global.begin() + static_cast<std::ptrdiff_t>(lb), global.begin() + static_cast<std::ptrdiff_t>(le),
               state_.begin() + static_cast<std::ptrdiff_t>(lb));
+  } else if (shape.delayed) {
+    // See Note [Delayed rounds]: the global weights plus its progress.
+    const float* d = own.data() + shape.progress_at();
+    for (std::size_t i = 0; i < p; ++i) state_[i] = global[i] + d[i];
   } else {
     std::copy_n(global.begin(), p, state_.begin());
   }
@@ -111,7 +115,18 @@ batch_stats logical_worker_runner::run(std::size_t k, std::int64_t round, double
   }
   weight_ = n;
   std::fill(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(p), 0.0f);
-  for (std::size_t i = fb; i < fe; ++i) out[i] = n * (global[i] - after[i]);
+  if (shape.delayed) {
+    // Against where it started; the run's last round is applied at once (a
+    // flush), so the worker keeps no progress after it.
+    float* d = own.data() + shape.progress_at();
+    const bool last = flushes(round);
+    for (std::size_t i = 0; i < p; ++i) {
+      out[i] = n * (state_[i] - after[i]);
+      d[i] = last ? 0.0f : after[i] - state_[i];
+    }
+  } else {
+    for (std::size_t i = fb; i < fe; ++i) out[i] = n * (global[i] - after[i]);
+  }
   std::copy(after.begin() + static_cast<std::ptrdiff_t>(p), after.end(), own.begin());  // the slots and the tail
   if (!shape.residual) {
     setup_->store->write(k, round, std::move(own));

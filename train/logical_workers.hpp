@@ -43,6 +43,28 @@
 // the abort): a write never removes a newer round. The store keeps the last
 // few rounds' states, enough for any round a new generation can restart from
 // (a survivor is at most one round behind another).
+//
+// Note [Delayed rounds]
+// sync.delay = 1 (PCCL's one-round-late application): the exchange of round
+// r runs while round r + 1's inner steps run, and is applied at round r + 1's
+// end. So round r + 1 cannot start from the global weights with round r's
+// exchange applied; each worker starts it from the global weights as they
+// are (the exchanges up to round r - 1 applied) plus its own progress d_k, what
+// its round r added to the weights it started that round from (kept in its
+// state, Note [A logical worker's state]):
+//   start = global + d_k;  after its inner steps: contribution
+//   n_k x (start - inner), and d_k = inner - start.
+// The outer optimizer is a delayed SGD (optimizer_config::delayed): its
+// "pending" slot holds the round's reduced update (the sum times 1 / the
+// samples), and each round's update applies the one the slot held and keeps
+// its own; the first round applies zeros. The run's last round applies both
+// (a flush, slice_work::flushes), and its workers keep no progress, so the
+// final model has every round in it. A round's samples commit with its
+// exchange, as without the delay: the update that applies them late is in
+// the outer state (optimizer.safetensors' "pending" tensors), which a
+// checkpoint holds and a newcomer receives. The arithmetic is the same
+// whether the exchange overlaps the next round or not; in this version it
+// runs before the next round starts, as without the delay.
 
 #include <cstdint>
 #include <map>
@@ -106,6 +128,11 @@ struct round_setup {
   // sync.fragments (See Note [Fragments]): step s exchanges fragment s mod P.
   std::int64_t fragments = 1;
   std::size_t parameters = 0;  // the parameter section's floats, which the fragments split
+  // sync.delay = 1 (See Note [Delayed rounds]): each worker starts from the
+  // global weights plus its own progress, which it keeps in its state; the
+  // run's last step, whose update applies the held exchange too.
+  bool delayed = false;
+  std::int64_t last_step = -1;
   // The parameters [begin, end) that step `step` exchanges.
   std::pair<std::size_t, std::size_t> fragment(std::int64_t step) const noexcept {
     if (fragments <= 1) return {0, parameters};
@@ -113,7 +140,7 @@ struct round_setup {
     return fragment_range(parameters, static_cast<std::size_t>(fragments), f);
   }
   worker_state_shape state_shape(const state_layout& inner) const noexcept {
-    return worker_state_shape::of(inner, residual(), static_cast<std::size_t>(fragments));
+    return worker_state_shape::of(inner, residual(), static_cast<std::size_t>(fragments), delayed);
   }
   std::shared_ptr<logical_worker_store> store;
 };
@@ -148,6 +175,7 @@ class logical_worker_runner final : public slice_work {
   // The weight of the last run: the samples since its fragment's last
   // exchange.
   double last_weight() const noexcept override { return weight_; }
+  bool flushes(std::int64_t step) const noexcept override { return setup_->delayed && step == setup_->last_step; }
 
  private:
   std::unique_ptr<replica> inner_;

@@ -32,6 +32,12 @@ class slice_work {
   // divides the sum by: its samples (negative: the default), or what the
   // work says (See Note [Fragments]).
   virtual double last_weight() const noexcept { return -1.0; }
+  // Whether step `step`'s update also applies what a delayed outer
+  // optimizer holds (See Note [Delayed rounds]): the run's last round.
+  virtual bool flushes(std::int64_t step) const noexcept {
+    (void)step;
+    return false;
+  }
 };
 
 }  // namespace dpactor

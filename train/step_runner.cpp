@@ -300,6 +300,8 @@ std::span<const float> step_runner::synchronize(const computed& c, std::size_t r
     const auto f = static_cast<std::size_t>(c.step % fragments_);
     const auto [fb, fe] = fragment_range(grads.size(), static_cast<std::size_t>(fragments_), f);
     fragment_ = {fb, fe, 0};
+    // See Note [Delayed rounds]: the run's last round applies the held one too.
+    if (c.work != nullptr && c.work->flushes(c.step)) model.flush_next_update();
     if (int8_ || bf16_) {
       if (int8_) exchange_int8(c, fb, fe, grads, comm, options);
       else exchange_bf16(c, fb, fe, grads, comm, options);

@@ -10,7 +10,10 @@
 //     parameter (See Note [Int8 pseudo-gradients]);
 //   with fragments (sync.fragments = P > 1), the worker's own inner
 //     parameters, which live across steps (See Note [Fragments]), then P
-//     floats: the samples it trained since each fragment's last exchange.
+//     floats: the samples it trained since each fragment's last exchange;
+//   with the one-round delay (sync.delay = 1), its progress: one float a
+//     parameter, what its last round added to the weights it started from,
+//     not yet in the global weights (See Note [Delayed rounds]).
 
 #include <cstddef>
 #include <utility>
@@ -24,14 +27,19 @@ struct worker_state_shape {
   std::size_t kept = 0;        // the slots and the tail
   bool residual = false;
   std::size_t fragments = 1;
+  bool delayed = false;
 
-  static worker_state_shape of(const state_layout& inner, bool residual, std::size_t fragments) noexcept {
-    return {inner.parameter_size, inner.total_size() - inner.parameter_size, residual, fragments};
+  static worker_state_shape of(const state_layout& inner, bool residual, std::size_t fragments,
+                               bool delayed = false) noexcept {
+    return {inner.parameter_size, inner.total_size() - inner.parameter_size, residual, fragments, delayed};
   }
   bool own_parameters() const noexcept { return fragments > 1; }
   std::size_t residual_at() const noexcept { return kept; }
   std::size_t parameters_at() const noexcept { return kept + (residual ? parameters : 0); }
-  std::size_t samples_at() const noexcept { return parameters_at() + (own_parameters() ? parameters : 0); }
+  // The delay's progress sits where fragments keep the own parameters (a run
+  // has one or the other, never both).
+  std::size_t progress_at() const noexcept { return parameters_at(); }
+  std::size_t samples_at() const noexcept { return parameters_at() + (own_parameters() || delayed ? parameters : 0); }
   std::size_t size() const noexcept { return samples_at() + (own_parameters() ? fragments : 0); }
 };
 

@@ -17,6 +17,9 @@ struct optimizer_config {
   double beta1 = 0.9;         // AdamW
   double beta2 = 0.999;       // AdamW
   double eps = 1e-8;          // AdamW
+  // Not a config key: the engine sets it on sync.delay = 1's outer optimizer
+  // (SGD), which applies each update one call late (docs/async.md).
+  bool delayed = false;
 };
 
 enum class schedule_kind { constant, step, cosine };

@@ -373,6 +373,15 @@ launch_plan prepare_launch(const job_config& config, const run_options& options,
         plan.resume_position ? plan.resume_position->stream : stream_position{});
   plan.schedule = make_lr_schedule(config, plan.run_steps);
   if (plan.rounds) finish_round_plan(config, plan);
+  if (plan.rounds && plan.rounds->delayed) {
+    engine_log()->warn("sync.delay = 1: each round's exchange is applied one round late, but in this version it "
+                       "still runs between the rounds, not during the next one (docs/async.md)");
+    if (config.sync.mode == sync_mode::diloco && config.sync.outer_lr == sync_config{}.outer_lr)
+      engine_log()->warn("sync.delay = 1 with the default sync.outer_lr = {}: on the default job the delayed outer "
+                         "step ended 2.5 points below the same run without the delay, and 0.5 with "
+                         "sync.outer_lr = 0.35 (docs/PERFORMANCE.md, \"Rounds\")",
+                         config.sync.outer_lr);
+  }
   if (plan.rounds && plan.shape.workers < replicas)
     engine_log()->warn("sync.workers = {}: only {} of the {} replicas run logical workers in a round", plan.shape.workers,
                        plan.shape.workers, replicas);

@@ -3,7 +3,8 @@
 the default job (Fashion-MNIST MLP, 15 epochs) on 2 CPU replicas with
 K = 4 logical workers, every_step against diloco at H = 4, 16 and 64 and
 local_sgd at H = 16, diloco with the int8 codec at H = 16 and 64, and streaming
-diloco (4 fragments) at H = 16: final test accuracy (median over 3 seeds: a reproducible
+diloco (4 fragments) at H = 16, and diloco at H = 16 with the one-round
+delay (sync.delay = 1), in fp32 and int8: final test accuracy (median over 3 seeds: a reproducible
 run gives the same bytes every time, so the spread is the seed's) and the
 bytes the collectives sent (the summary's, See Note [Bytes sent]). Writes the
 table to stdout and the accuracy-against-bytes curves (seed 42) as an SVG.
@@ -40,6 +41,8 @@ CASES = [
     ("diloco H=64 int8", ["sync.mode=\"diloco\"", "sync.every=64", "sync.codec=\"int8\""]),
     ("diloco H=16 P=4", ["sync.mode=\"diloco\"", "sync.every=16", "sync.fragments=4"]),
     ("diloco H=16 P=4 int8", ["sync.mode=\"diloco\"", "sync.every=16", "sync.fragments=4", "sync.codec=\"int8\""]),
+    ("diloco H=16 delay", ["sync.mode=\"diloco\"", "sync.every=16", "sync.delay=1"]),
+    ("diloco H=16 int8 delay", ["sync.mode=\"diloco\"", "sync.every=16", "sync.codec=\"int8\"", "sync.delay=1"]),
 ]
 
 

@@ -327,7 +327,9 @@ const std::vector<key_spec>& keys() {
               "P: streaming, the parameters are exchanged in P fragments of about equal size, each at its own "
               "point of the round, so one exchange sends about 1/P of the bytes.");
     b.integer("delay", [](job_config& c) -> std::int64_t& { return c.sync.delay; }, 0,
-              "1: the exchange of round r runs during round r+1's inner steps and is applied one round late.", 1);
+              "1: the exchange of round r is applied one round late: each worker starts round r+1 from the "
+              "global weights plus its own last round (docs/async.md; the overlap with round r+1's inner steps is "
+              "not built yet).", 1);
     b.choice<sync_codec>("codec", [](job_config& c) -> sync_codec& { return c.sync.codec; },
                          {{"fp32", sync_codec::fp32}, {"bf16", sync_codec::bf16}, {"int8", sync_codec::int8}},
                          "What the pseudo-gradients travel as: int8 sends one byte a value (a quarter of fp32's), "

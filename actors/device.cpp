@@ -129,7 +129,8 @@ device_actor::behavior_type device_behavior(device_ptr self, std::shared_ptr<dev
   self->state.runner->set_nonfinite_policy(s.on_nonfinite);
   self->state.runner->set_gather_gradients(s.workers != nullptr);
   self->state.runner->set_int8_codec(s.workers != nullptr && s.workers->setup().codec == sync_codec::int8);
-  self->state.runner->set_bf16_codec(s.workers != nullptr && s.workers->setup().codec == sync_codec::bf16);
+  self->state.runner->set_bf16_codec(s.workers != nullptr ? s.workers->setup().codec == sync_codec::bf16
+                                                          : s.step_codec == sync_codec::bf16);
   if (s.workers != nullptr) self->state.runner->set_fragments(s.workers->setup().fragments);
   // See Note [Progress-based hang detection]: until its first step is done.
   s.control->progress.begin_warm_up(device_phase::data, self->state.last_step + 1);

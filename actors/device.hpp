@@ -56,6 +56,9 @@ struct device_setup {
   // Round modes: runs the logical workers' rounds, a slice each (See Note
   // [Logical workers]); null in every_step.
   std::shared_ptr<logical_worker_runner> workers;
+  // every_step: what the gradients travel as (sync.codec; See Note [Bf16
+  // steps]).
+  sync_codec step_codec = sync_codec::fp32;
   std::shared_ptr<const dataset> train;
   std::shared_ptr<const dataset> test;
   lr_schedule schedule;

@@ -348,6 +348,9 @@ launch_plan prepare_launch(const job_config& config, const run_options& options,
                       : config.train.reproducible     ? 1
                                                       : std::max(1, hardware_cores() / replicas);
   if (config.sync.rounds()) plan_rounds(config, options, replicas, plan);
+  else if (options.torch_model && config.sync.codec == sync_codec::bf16)
+    throw config_error("run_options::torch_model: sync.codec = \"bf16\" runs on native MLP replicas only in this "
+                       "version (a torch model's buffers travel with its gradients)");
   plan.layout = plan.module ? make_state_layout(plan.module->layout(), config.optimizer, plan.module->buffer_begin())
                             : make_state_layout(config.model, config.sync.rounds() ? plan.outer_optimizer : config.optimizer);
   // Note [A checkpoint knows its data]: a checkpoint records the fingerprint
@@ -436,6 +439,7 @@ std::shared_ptr<device_setup> make_device_setup(const job_config& config, const 
     setup->workers = std::make_shared<logical_worker_runner>(make_replica(config, shape, id, plan.torch_factory), plan.rounds);
   } else {
     setup->model = make_replica(config, shape, id, plan.torch_factory);
+    setup->step_codec = config.sync.codec;  // See Note [Bf16 steps]
   }
   setup->model->import_state(*plan.initial_state);  // a newcomer is overwritten by the generation's broadcast
   setup->train = plan.data.train;

@@ -28,6 +28,16 @@ namespace {
 void validate_sync(const job_config& c, const std::string& where) {
   const sync_config& s = c.sync;
   if (!s.rounds()) {
+    // See Note [Bf16 steps]: every_step's codec.
+    if (s.codec == sync_codec::int8)
+      throw config_error(where + "sync.codec = \"int8\" needs a round mode (sync.mode = \"local_sgd\" or "
+                         "\"diloco\"): its error feedback lives in the logical workers' state; sync.mode = "
+                         "\"every_step\" takes \"fp32\" or \"bf16\"");
+    if (s.codec == sync_codec::bf16 && c.module.kind == model_kind::torchscript)
+      throw config_error(where + "sync.codec = \"bf16\" runs on native MLP replicas only in this version: a torch "
+                         "model's buffers (BatchNorm's statistics) travel with its gradients");
+    if (s.codec == sync_codec::bf16 && !c.cluster.gpus.empty())
+      throw config_error(where + "sync.codec = \"bf16\" runs on CPU replicas only in this version (use --cpus)");
     if (s.delay > 0)
       throw config_error(where + "sync.delay = " + std::to_string(s.delay) + " needs a round mode (sync.mode = "
                          "\"local_sgd\" or \"diloco\"): sync.mode = \"every_step\" applies each step's exchange "

@@ -123,6 +123,22 @@ TEST(BytesSent, ARunsSummaryIsTheSumOfItsExchangesAndTheFirstBroadcast) {
     const std::uint64_t broadcast = 4 * layout.total_size();
     EXPECT_EQ(static_cast<std::uint64_t>(s.bytes_sent), 8 * per_step + broadcast);
   }
+  for (const bool reproducible : {true, false}) {
+    SCOPED_TRACE(std::string("every_step, bf16 (Note [Bf16 steps]), ") +
+                 (reproducible ? "reproducible: a slice a member" : "fast: a member's gradient one leaf") +
+                 ": each leaf's chunk and the sum's in two bytes a value, and no state gathered");
+    job_config c = testing::small_job(2, 64, 512);  // 8 steps; two slices a step, one each
+    c.sync.codec = sync_codec::bf16;
+    c.train.reproducible = reproducible;
+    Engine engine(c);
+    engine.start();
+    const run_summary s = engine.wait();
+    ASSERT_EQ(s.steps, 8);
+    const state_layout layout = make_state_layout(c.model, c.optimizer);
+    const std::uint64_t p = layout.parameter_size;
+    const std::uint64_t per_step = 8 * header + 2 * p + 2 * p;
+    EXPECT_EQ(static_cast<std::uint64_t>(s.bytes_sent), 8 * per_step + 4 * layout.total_size());
+  }
   {
     SCOPED_TRACE("diloco: the pseudo-gradients' tree reduce-scatter, then their all-gather");
     const job_config c = diloco_job(4, 4);  // 4 rounds of 256 samples

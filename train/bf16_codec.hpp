@@ -17,6 +17,18 @@
 // member runs one worker; a member that runs several sends each one's leaf,
 // not their node, so bf16 saves less there (int8's sums are exact and save a
 // quarter whatever the split).
+//
+// Note [Bf16 steps]
+// sync.codec = "bf16" in every_step (as PyTorch DDP's bf16_compress_hook):
+// the gradients travel in bf16 and the members apply the gathered
+// bf16-rounded sum, each updating the whole state (nothing else is
+// gathered). In reproducible mode the leaves are the step's slices (their
+// gradient sums rounded to bf16), so the sum is the same bytes on any number
+// of devices; in fast mode each member's gradient sum is one leaf, of a tree
+// over the members, and the step does not overlap backward (no buckets).
+// There is no error feedback: a slice is not a state that lives across
+// steps (the DDP hook keeps none either), and the rounding of a gradient is
+// a relative 2^-9 at most.
 
 #include <bit>
 #include <cstdint>

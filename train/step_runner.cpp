@@ -180,7 +180,7 @@ step_runner::computed step_runner::compute(const step_shard& shard, replica& mod
                                            collective* comm) {
   computed c = start_computing(shard, control);
   model.zero_grad();
-  const bool overlap = comm != nullptr && comm->overlaps_compute();
+  const bool overlap = comm != nullptr && comm->overlaps_compute() && !bf16_;  // See Note [Bf16 steps]
   if (overlap) {
     starter_.begin_step(buckets(model), comm, model.native_stream());
     c.overlapped = comm;
@@ -317,6 +317,12 @@ std::span<const float> step_runner::synchronize(const computed& c, std::size_t r
   // in order, and the header follows them on every member. Otherwise the
   // gradients are one part, reduced after the header.
   std::span<const gradient_bucket> parts;
+  if (bf16_) {  // See Note [Bf16 steps]: compute() started no bucket
+    reduce_header(c, returned, comm, options, observer, progress);
+    if (!header_is_finite()) return skip(model);
+    exchange_bf16_members(grads, comm, options);
+    return update(model, comm, options, lr_, {&whole_, 1}, c.step, progress, /*reduced_whole=*/true);
+  }
   if (comm.overlaps_compute()) {
     if (c.overlapped != &comm) starter_.begin_step(buckets(model), &comm, model.native_stream());
     starter_.finish(grads);
@@ -374,6 +380,24 @@ void step_runner::exchange_bf16(const computed& c, std::size_t begin, std::size_
   }
   const std::span<float> sum = grads.subspan(begin, n);
   comm.reduce_scatter_tree_bf16(tree_->slices(), parts_bf16_, sum, options);
+  gather_bf16_sum(sum, comm, options);
+}
+
+// See Note [Bf16 steps].
+void step_runner::exchange_bf16_members(std::span<float> grads, collective& comm, const collective_options& options) {
+  const auto members = static_cast<std::size_t>(comm.size());
+  const summation_tree tree(members);
+  leaves_bf16_.resize(1);
+  auto& rounded = leaves_bf16_[0];
+  rounded.resize(grads.size());
+  for (std::size_t i = 0; i < grads.size(); ++i) rounded[i] = to_bf16(grads[i]);
+  parts_bf16_.assign(1, {tree.leaf(static_cast<std::size_t>(comm.rank())), rounded});
+  comm.reduce_scatter_tree_bf16(members, parts_bf16_, grads, options);
+  gather_bf16_sum(grads, comm, options);
+}
+
+void step_runner::gather_bf16_sum(std::span<float> sum, collective& comm, const collective_options& options) {
+  const std::size_t n = sum.size();
   const auto [cb, ce] = comm.size() > 1 ? comm.chunk(n, comm.rank()) : std::pair<std::size_t, std::size_t>{0, n};
   gathered_bf16_.resize(n);
   for (std::size_t i = cb; i < ce; ++i) gathered_bf16_[i] = to_bf16(sum[i]);

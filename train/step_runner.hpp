@@ -130,7 +130,9 @@ class step_runner {
   // its slice_work.
   void set_int8_codec(bool on) noexcept { int8_ = on; }
   // The bf16 codec (See Note [Bf16 pseudo-gradients]): the slices are kept
-  // apart too, rounded to bf16, and reduced as the tree's leaves.
+  // apart too, rounded to bf16, and reduced as the tree's leaves. In
+  // every_step too (See Note [Bf16 steps]): a step not sliced (fast mode)
+  // is one leaf a member.
   void set_bf16_codec(bool on) noexcept { bf16_ = on; }
   // sync.fragments (See Note [Fragments]): step s reduces and updates only
   // fragment s mod P of the parameters; the rest of the state carries over.
@@ -175,6 +177,12 @@ class step_runner {
                      const collective_options& options);
   void exchange_bf16(const computed& c, std::size_t begin, std::size_t end, std::span<float> grads, collective& comm,
                      const collective_options& options);
+  // Fast mode's bf16 step: this member's gradient sum is leaf `rank` of a
+  // tree over the members.
+  void exchange_bf16_members(std::span<float> grads, collective& comm, const collective_options& options);
+  // Rounds this member's chunk of the reduced `sum` to bf16 and gathers the
+  // others': every member ends with the same bf16-rounded sum.
+  void gather_bf16_sum(std::span<float> sum, collective& comm, const collective_options& options);
   // A codec keeps the slices apart.
   bool keeps_leaves() const noexcept { return int8_ || bf16_; }
   // Where `parts` leave gaps in the parameter section, the state carries

@@ -336,7 +336,9 @@ const std::vector<key_spec>& keys() {
                          "with scales every member agrees on so that the sum is exact and the same bytes on any "
                          "number of devices; bf16 sends each worker's value rounded to bf16 (two bytes, half of "
                          "fp32's where a device runs one worker) and gathers the sum in bf16. Each worker keeps what "
-                         "the codec dropped and adds it to its next pseudo-gradient (error feedback).");
+                         "the codec dropped and adds it to its next pseudo-gradient (error feedback). In every_step: "
+                         "\"bf16\" sends the gradients in bf16 (as DDP's bf16 hook, no error feedback; "
+                         "docs/async.md); \"int8\" needs a round mode.");
     b.integer("workers", [](job_config& c) -> std::int64_t& { return c.sync.workers; }, 0,
               "K logical workers (the unit of the round algorithm: inner model, inner optimizer state and share "
               "of each round's data). 0: one per device at the start. Devices run them, several one after the "

@@ -19,6 +19,7 @@
 #include "tensors/optimizer.hpp"
 #include "tensors/safetensors.hpp"
 #include "train/bf16_codec.hpp"
+#include "tests/recorded_run.hpp"
 #include "tests/test_support.hpp"
 
 namespace dpactor {
@@ -123,6 +124,30 @@ TEST(Bf16Steps, EachStepAppliesTheBf16SumOfItsSlicesRoundedToBf16OnOneTwoAndFour
   }
   // The comparison can tell bf16 from fp32.
   EXPECT_NE(reference_steps(shape, 8, /*bf16=*/false).params, expected.params);
+}
+
+// The leaves are the slices, so faults change nothing in the bytes: a
+// failed, a joining and a leaving device against a quiet run, and every
+// sample once by the devices' own account.
+TEST(Bf16Steps, AFailureAJoinAndALeaveGiveTheBytesOfAQuietRun) {
+  testing::scratch_dir dir;
+  const auto run = [&](const std::string& name, int devices, std::vector<std::string> faults) {
+    job_config c = testing::faulty_job(devices, faults, testing::replica_kind::mlp);
+    c.train.micro_batch = 16;
+    c.sync.codec = sync_codec::bf16;
+    c.train.checkpoint_dir = (dir / name).string();
+    const testing::recorded_run r = testing::run_recorded(c);
+    EXPECT_EQ(r.summary.steps, 48) << name;
+    testing::expect_exactly_once(r, 3);
+    if (!faults.empty()) {
+      EXPECT_GE(r.memberships.size(), 4u) << "the start, the failure, the join and the leave";
+      EXPECT_GE(r.recoveries.size(), 1u);
+    }
+    const std::filesystem::path last = r.summary.checkpoint;
+    return std::pair{file_values(last / "model.safetensors"), file_values(last / "optimizer.safetensors")};
+  };
+  const auto quiet = run("quiet", 2, {});
+  EXPECT_EQ(run("faulty", 3, {"fail:1@5", "join:cpu@12", "leave:0@30"}), quiet);
 }
 
 // Fast mode: each member's gradient sum is one leaf; every member applies the

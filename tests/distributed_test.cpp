@@ -88,6 +88,38 @@ TEST(Distributed, TorchReplicasInTwoProcessesTrainTheBytesOfOneProcessWithTwo) {
                              "the processes and the single process");
 }
 
+// every_step with its gradients in bf16 (Note [Bf16 steps]) across
+// processes: the leaves travel over Gloo in two bytes a value, and the
+// bytes are one process's with as many replicas.
+TEST(Distributed, Bf16StepsInTwoProcessesTrainTheBytesOfOneProcessWithTwo) {
+  cluster job;
+  const std::vector<std::string> common = {"--epochs", "1", "--set", "train.max_steps=40", "--set", "train.eval_every=0",
+                                           "--set", "sync.codec=\"bf16\""};
+  std::vector<std::string> args = {"--cpus", "1", "--wait-devices", "2", "--checkpoint-dir", (job / "ck").string()};
+  args.insert(args.end(), common.begin(), common.end());
+  ASSERT_TRUE(job.start_coordinator(args));
+  auto worker = job.start_worker("w1", 1);
+  const auto w = worker->wait(120s);
+  const auto c = job.coordinator().wait(120s);
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  ASSERT_EQ(w.exit_code, 0) << w.output;
+  EXPECT_NE(c.output.find("generation 0: 2 members (cpu:0, w1/cpu:0)"), std::string::npos) << c.output;
+  std::vector<std::string> single = {"--model", mlp_config, "--gpus", "0", "--cpus", "2", "--checkpoint-dir",
+                                     (job / "single").string()};
+  single.insert(single.end(), common.begin(), common.end());
+  const auto s = job.run("one", single);
+  ASSERT_EQ(s.exit_code, 0) << s.output;
+  testing::expect_same_state(job / "ck" / "step-00000040", job / "single" / "step-00000040",
+                             "the processes and the single process");
+  // The comparison can tell bf16 from fp32.
+  std::vector<std::string> fp32 = {"--model", mlp_config, "--gpus", "0", "--cpus", "2", "--epochs", "1", "--set",
+                                   "train.max_steps=40", "--set", "train.eval_every=0", "--checkpoint-dir",
+                                   (job / "fp32").string()};
+  ASSERT_EQ(job.run("fp32", fp32).exit_code, 0);
+  EXPECT_NE(testing::read_text(job / "fp32" / "step-00000040" / "model.safetensors"),
+            testing::read_text(job / "single" / "step-00000040" / "model.safetensors"));
+}
+
 // The share of the step `device` was given, from the metrics file's step
 // records of generation `generation` (members in rank order, from its
 // membership record).

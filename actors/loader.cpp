@@ -181,12 +181,16 @@ void issue_message(loader_ptr self) {
                           : (indices.size() + slice_rows - 1) / slice_rows;
       const auto sizes = split_by_weight(slices, weights, rotation);
       const auto board = std::make_shared<slice_board>(slices, st.setup.steal_slices);
+      const auto shared = std::make_shared<const std::vector<std::uint32_t>>(indices.begin(), indices.end());
       std::uint32_t first = 0;
       for (std::size_t r = 0; r < members.size(); ++r) {
         const auto last = first + static_cast<std::uint32_t>(sizes[r]);
-        out[r].steps.push_back(step_shard{step, epoch, {indices.begin(), indices.end()}, slice_rows, first,
-                                          last, board, position, st.lr_override, rows,
-                                          static_cast<std::uint32_t>(slices)});
+        step_shard& shard = out[r].steps.emplace_back(step_shard{step, epoch, {}, slice_rows, first, last, board,
+                                                                 position, st.lr_override, rows,
+                                                                 static_cast<std::uint32_t>(slices)});
+        // See step_shard::shared_indices: a copy only for another process.
+        if (members[r].node() == self->node()) shard.shared_indices = shared;
+        else shard.indices = *shared;
         first = last;
       }
     } else {

@@ -113,14 +113,16 @@ void check_hangs(reducer_ptr self) {
   if (st.idle) return;  // waiting for a stream's records
   // See Note [Progress-based hang detection].
   const hang_limits limits{hang_timeout(st.setup.hang_timeout_s, st.book->median_step_s()), st.setup.first_step_timeout_s};
+  const auto last_commit = std::max(st.book->last_progress(), st.idle_ended);
+  const auto now = clock_type::now();
+  if (!stall_possible(now, last_commit, limits)) return;
   std::vector<member_progress> progress;
   for (std::size_t r = 0; r < st.members->members().size(); ++r) {
     const member& m = st.members->members()[r];
     if (!m.gone) progress.push_back({r, m.name, st.handle(r).control->progress.read()});
   }
   const std::vector<std::size_t> late = st.members->late_suspects(st.book->committed());
-  const hang_verdict v =
-      find_hang(progress, clock_type::now(), std::max(st.book->last_progress(), st.idle_ended), limits, late);
+  const hang_verdict v = find_hang(progress, now, last_commit, limits, late);
   if (!v.stalled) return;
   char text[96];
   std::snprintf(text, sizeof text, "no progress for %.1f s (hang timeout %.1f s)", v.stalled_s, v.allowed_s);
@@ -331,6 +333,7 @@ reducer_actor::behavior_type reducer_behavior(reducer_ptr self, reducer_setup se
       },
       [self](tick_atom) {
         check_hangs(self);
+        expire_suspend_requests(self);
         if (!self->state.failed) self->delayed_send(self, tick_interval, tick_atom::value);
       },
       [self](const add_device_msg& msg) {

@@ -113,6 +113,15 @@ struct reducer_state {
   std::optional<std::int64_t> pause_point;      // last step before a graceful change
   std::map<int, std::int64_t> suspend_replies;  // device id -> last step applied
   std::set<int> awaiting_suspend;               // device ids
+  // Note [One deadline for the suspend requests]
+  // After an abort the reducer asks every survivor for its last applied
+  // step. Those requests carry no timeout of their own: CAF 0.17's clock
+  // finds a request's timeout to cancel by a linear search over all of the
+  // actor's pending ones, so a thousand requests with timeouts cost a
+  // million steps (docs/scale.md). One deadline for all of them, checked
+  // by the tick, removes the members that have not answered by then.
+  std::optional<clock::time_point> suspend_deadline;
+  double suspend_timeout_s = 0.0;
   std::optional<std::pair<std::int64_t, std::vector<float>>> rescue_state;  // from a failed device
   std::string stop_message;                     // why training is stopping (phase::stopping)
   // Set when a fault ends the run instead of a new generation (a hang that
@@ -147,6 +156,9 @@ void request_graceful_change(reducer_ptr self);
 void check_pause_complete(reducer_ptr self);
 void on_suspend_reply(reducer_ptr self, std::int64_t generation, int id, std::optional<std::int64_t> last_step,
                       const std::string& error);
+// The suspend requests' deadline passed: the members that have not answered
+// are out (See Note [One deadline for the suspend requests]).
+void expire_suspend_requests(reducer_ptr self);
 // Steps (reducer.cpp), used by the generation code.
 void maybe_finish(reducer_ptr self);
 void fail_run(reducer_ptr self, std::exception_ptr error);

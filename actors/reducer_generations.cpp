@@ -3,6 +3,7 @@
 // in reducer.hpp; the book-keeping is train/membership.hpp's.
 
 #include <algorithm>
+#include <cstdio>
 #include <sstream>
 
 
@@ -21,9 +22,6 @@ constexpr auto stop_request_timeout = std::chrono::seconds(30);
 // Least time survivors get to answer after an abort.
 constexpr double suspend_timeout_floor_s = 10.0;
 
-caf::duration as_duration(double s) {
-  return caf::duration{std::chrono::microseconds(static_cast<std::int64_t>(s * 1e6))};
-}
 
 // The actor's side of taking a member out: it gets an exit (a hung thread
 // acts on it when it wakes) and is no longer watched.
@@ -214,6 +212,7 @@ void form_generation(reducer_ptr self, std::int32_t state_source) {
   st.pause_point.reset();
   st.suspend_replies.clear();
   st.awaiting_suspend.clear();
+  st.suspend_deadline.reset();
   st.rescue_state.reset();
   st.current = phase::running;
 
@@ -250,15 +249,17 @@ void handle_fault(reducer_ptr self, std::optional<std::size_t> rank, const std::
     st.suspend_replies.clear();
     st.awaiting_suspend.clear();
     // Survivors answer once their failed step returns; an evaluation in
-    // progress is not interruptible, so they get at least this long.
-    const auto timeout =
-        as_duration(std::max(hang_timeout(st.setup.hang_timeout_s, st.book->median_step_s()), suspend_timeout_floor_s));
+    // progress is not interruptible, so they get at least this long. See
+    // Note [One deadline for the suspend requests].
+    st.suspend_timeout_s = std::max(hang_timeout(st.setup.hang_timeout_s, st.book->median_step_s()), suspend_timeout_floor_s);
+    st.suspend_deadline = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(
+                                                  std::chrono::duration<double>(st.suspend_timeout_s));
     const std::int64_t generation = st.plan.generation;
     for (const auto& m : st.members->members()) {
       if (m.gone) continue;
       const int id = m.id;
       st.awaiting_suspend.insert(id);
-      self->request(st.devices.at(id).actor, timeout, suspend_atom::value)
+      self->request(st.devices.at(id).actor, caf::infinite, suspend_atom::value)
           .then([self, generation, id](std::int64_t last) { on_suspend_reply(self, generation, id, last, {}); },
                 [self, generation, id](caf::error& err) {
                   on_suspend_reply(self, generation, id, std::nullopt, caf::to_string(err));
@@ -266,6 +267,16 @@ void handle_fault(reducer_ptr self, std::optional<std::size_t> rank, const std::
     }
   }
   check_recovery_complete(self);
+}
+
+void expire_suspend_requests(reducer_ptr self) {
+  auto& st = self->state;
+  if (st.current != phase::recovering || !st.suspend_deadline || clock_type::now() < *st.suspend_deadline) return;
+  st.suspend_deadline.reset();
+  char why[64];
+  std::snprintf(why, sizeof why, "no answer within %.1f s", st.suspend_timeout_s);
+  const std::int64_t generation = st.plan.generation;
+  for (const int id : std::set<int>(st.awaiting_suspend)) on_suspend_reply(self, generation, id, std::nullopt, why);
 }
 
 void end_run(reducer_ptr self, const std::string& why) {

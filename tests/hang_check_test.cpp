@@ -133,5 +133,20 @@ TEST(DeviceProgress, MarksArePhaseStepAndTime) {
   EXPECT_EQ(phase_name(device_phase::collective), "collective");
 }
 
+TEST(HangCheck, NoStallIsPossibleWhileTheLastCommitIsWithinTheTimeoutWhateverTheMembersDo) {
+  // The reducer's tick skips reading the members' progress on this answer:
+  // it must never say "impossible" where find_hang would find a stall.
+  EXPECT_FALSE(stall_possible(t0 + milliseconds(900), t0, limits));
+  EXPECT_FALSE(stall_possible(t0 + milliseconds(1000), t0, limits));
+  EXPECT_TRUE(stall_possible(t0 + milliseconds(1001), t0, limits));
+  for (const auto after : {milliseconds(500), milliseconds(999), milliseconds(1000), milliseconds(1500), milliseconds(70000)}) {
+    // Every member stuck in its own work since long before the commit.
+    const std::vector<member_progress> m{at(0, device_phase::forward, t0 - seconds(100)),
+                                         at(1, device_phase::backward, t0 - seconds(100))};
+    if (find_hang(m, t0 + after, t0, limits, {}).stalled)
+      EXPECT_TRUE(stall_possible(t0 + after, t0, limits)) << after.count() << " ms after the commit";
+  }
+}
+
 }  // namespace
 }  // namespace dpactor

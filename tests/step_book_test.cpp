@@ -360,5 +360,30 @@ TEST(StepBook, TheFirstCommitAfterAFaultReportsTheRecovery) {
   EXPECT_EQ(recoveries[0].step, 2) << "step 2 (1-based) is the first one after the fault";
 }
 
+TEST(StepBook, AFaultWhoseNextStepsCommitOnlyInTheRecoveryFromTheNextFaultIsStillReported) {
+  // Step 2's record would come with its batch's last step, which the second
+  // fault takes: step 2 commits in that fault's rollback, and the first
+  // fault's recovery is reported there; the second's at step 3.
+  harness h(64, 16, 2);
+  h.issue(0);
+  h.train(0);
+  h.commit();
+  h.issue(1);
+  h.book().fault_detected(clock_type::time_point{});
+  h.recover(0);
+  h.issue(1);  // trained by the next generation, its record lost
+  h.book().fault_detected(clock_type::time_point{});
+  h.recover(1);
+  h.issue(2);
+  h.train(2);
+  h.commit();
+  std::vector<recovery_event> recoveries;
+  for (const auto& e : h.events())
+    if (const auto* r = std::get_if<recovery_event>(&e)) recoveries.push_back(*r);
+  ASSERT_EQ(recoveries.size(), 2u) << "one recovery event a fault";
+  EXPECT_EQ(recoveries[0].step, 2);
+  EXPECT_EQ(recoveries[1].step, 3);
+}
+
 }  // namespace
 }  // namespace dpactor

@@ -76,6 +76,11 @@ hang_verdict find_hang(std::span<const member_progress> members, device_progress
   return v;
 }
 
+bool stall_possible(device_progress::clock::time_point now, device_progress::clock::time_point last_commit,
+                    const hang_limits& limits) {
+  return seconds(now - last_commit) > limits.timeout_s;
+}
+
 double hang_timeout(double configured_s, double median_step_s) {
   if (configured_s > 0.0) return configured_s;
   return std::max(automatic_timeout_floor_s, automatic_timeout_steps * median_step_s);

@@ -60,6 +60,13 @@ hang_verdict find_hang(std::span<const member_progress> members, device_progress
                        device_progress::clock::time_point last_commit, const hang_limits& limits,
                        std::span<const std::size_t> late_suspects);
 
+// Whether find_hang could find a stall at `now`: only when the last commit
+// is older than the hang timeout, since every limit is at least that. The
+// reducer's tick asks this first and reads no member's progress while steps
+// commit: at thousands of members that read is its largest cost (docs/scale.md).
+bool stall_possible(device_progress::clock::time_point now, device_progress::clock::time_point last_commit,
+                    const hang_limits& limits);
+
 // The hang timeout in seconds: the configured one, or max(5 s, 20 x the
 // median step time).
 double hang_timeout(double configured_s, double median_step_s);

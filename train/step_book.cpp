@@ -42,7 +42,18 @@ step_book::step_book(step_book_setup setup, event_sink emit, clock::time_point n
   interval_.since = epoch_stats_.since = now;
 }
 
+void step_book::fault_detected(clock::time_point now) {
+  if (!recoveries_.empty() && !recoveries_.back().from) recoveries_.back() = pending_recovery{now, std::nullopt, 0};
+  else recoveries_.push_back(pending_recovery{now, std::nullopt, 0});
+}
+
+void step_book::requeued_by_fault(std::int64_t indices) {
+  if (!recoveries_.empty()) recoveries_.back().requeued = indices;
+}
+
 void step_book::start_generation(std::int64_t generation, std::size_t members, clock::time_point now) {
+  for (auto& r : recoveries_)
+    if (!r.from) r.from = committed_ + 1;
   generation_ = generation;
   throughput_.reset(members);
   steps_.clear();
@@ -124,13 +135,6 @@ step_commit step_book::commit_ready(std::size_t members, clock::time_point now) 
                                   std::to_string(node.key() + 1) + " (train.verify_replicas)");
     if (t.applied && std::isfinite(t.stats.loss_sum)) consecutive_skips_ = 0;
     account(node.key(), std::move(node.mapped()), commit, now);
-    // The first step a new generation commits after a fault.
-    if (fault_time_) {
-      const double ms = seconds(last_commit_ - *fault_time_) * 1000.0;
-      summary_.max_recovery_ms = std::max(summary_.max_recovery_ms, ms);
-      emit_(recovery_event{generation_, committed_ + 1, ms, requeued_by_fault_});
-      fault_time_.reset();
-    }
   }
   // Steps arrive in batches (See Note [One step report]): the time per step
   // is the time since the last commit over the steps committed now.
@@ -176,6 +180,14 @@ void step_book::account(std::int64_t step, step_tally&& t, step_commit& commit, 
   lr_ = t.lr;
   if (!t.returned.empty()) commit.returned.push_back(step_returned{step, std::move(t.returned)});
   if ((step + 1) % setup_.log_every == 0) emit_step(step, now);
+  // The first step trained after a fault (See fault_detected).
+  while (!recoveries_.empty() && recoveries_.front().from && step >= *recoveries_.front().from) {
+    const pending_recovery& r = recoveries_.front();
+    const double ms = seconds(now - r.detected) * 1000.0;
+    summary_.max_recovery_ms = std::max(summary_.max_recovery_ms, ms);
+    emit_(recovery_event{generation_, step + 1, ms, r.requeued});
+    recoveries_.pop_front();
+  }
 }
 
 void step_book::log_last_step(clock::time_point now) {

@@ -122,10 +122,15 @@ class step_book {
   // without their record included; the summary counts those now.
   void rollback_applied(std::int64_t committed_samples);
 
-  // A fault was detected: the first step the next generation commits emits
-  // a recovery event (the steps commit_through() commits do not).
-  void fault_detected(clock::time_point now) { fault_time_ = now; requeued_by_fault_ = 0; }
-  void requeued_by_fault(std::int64_t indices) { requeued_by_fault_ = indices; }
+  // A fault was detected: the first step of the generation formed after it
+  // to commit emits a recovery event, whether it commits on its record or
+  // in the recovery from a later fault (steps come in batches, See Note
+  // [One step report], and a fault can take a batch's record with it); the
+  // steps the fault's own commit_through() commits were trained before it.
+  // A second fault before the next generation forms is the same recovery.
+  void fault_detected(clock::time_point now);
+  // The indices the last fault handed out again.
+  void requeued_by_fault(std::int64_t indices);
 
   // One member's share of an evaluation; true once every member's is in
   // (the summary then holds the test results, and an epoch's evaluation
@@ -197,8 +202,13 @@ class step_book {
   throughput_tracker throughput_;
   rolling_median step_intervals_{64};
   clock::time_point started_, last_commit_, last_progress_;
-  std::optional<clock::time_point> fault_time_;
-  std::int64_t requeued_by_fault_ = 0;
+  // Faults whose recovery event is still to come, oldest first.
+  struct pending_recovery {
+    clock::time_point detected;
+    std::optional<std::int64_t> from;  // the first step of the generation formed after it
+    std::int64_t requeued = 0;
+  };
+  std::deque<pending_recovery> recoveries_;
   std::int64_t skipped_samples_ = 0;  // of steps skipped for non-finite values
   // The samples of the records booked at each commit_through() the loader
   // has not answered yet, oldest first.

@@ -140,7 +140,7 @@ step_runner::computed step_runner::compute_slices(const step_shard& shard, repli
   free_.assign(1, 0);
   leaves_.clear();
   c.work = work;
-  const std::span<const std::uint32_t> rows(shard.indices);
+  const std::span<const std::uint32_t> rows = shard.all_indices();
   const auto compute = [&](std::size_t slice) {
     const auto start = clock_type::now();
     if (free_.empty()) {
@@ -187,7 +187,7 @@ step_runner::computed step_runner::compute(const step_shard& shard, replica& mod
   }
   const fault_spec* slow = inject_step_faults(shard, control, group);
   const std::size_t micro = model.max_rows();
-  const std::span<const std::uint32_t> rows(shard.indices);
+  const std::span<const std::uint32_t> rows = shard.all_indices();
   const auto slice_at = [&](std::size_t at) { return rows.subspan(at, std::min(micro, rows.size() - at)); };
   if (!rows.empty()) model.prefetch(train.batch(slice_at(0)));
   while (c.done < rows.size() && !cut_requested(control, shard.step)) {

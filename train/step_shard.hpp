@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "data/dataset.hpp"
@@ -34,11 +35,20 @@ struct step_shard {
   // fragments has a slice for every logical worker, rows or not
   // (round_shape::slices); the ones past the indices are empty.
   std::uint32_t slice_count = 0;
+  // In-process, reproducible mode: the whole step's indices, one copy that
+  // every member of the loader's process shares (not serialised), in place
+  // of `indices`: copying them to each member would cost members x batch a
+  // step (docs/scale.md). A member in another process gets `indices`.
+  std::shared_ptr<const std::vector<std::uint32_t>> shared_indices;
 
+  // The indices the shard addresses: the shared ones, or its own.
+  std::span<const std::uint32_t> all_indices() const noexcept {
+    return shared_indices ? std::span<const std::uint32_t>(*shared_indices) : std::span<const std::uint32_t>(indices);
+  }
   bool sliced() const noexcept { return slice_rows > 0; }
   std::size_t slices() const noexcept {
     if (!sliced()) return 0;
-    return slice_count > 0 ? slice_count : (indices.size() + slice_rows - 1) / slice_rows;
+    return slice_count > 0 ? slice_count : (all_indices().size() + slice_rows - 1) / slice_rows;
   }
 };
 

@@ -107,6 +107,7 @@ std::shared_ptr<collective_group> group_from_ticket(const group_ticket& ticket, 
 #if DPACTOR_HAS_CUDA
     nccl_group_options o;
     o.prefix = ticket.rendezvous_id;
+    o.rendezvous_timeout = link.rendezvous_timeout;
     return make_nccl_group(link.store, size, gpu_of, o);
 #else
     throw config_error("cluster.gpus is set but this build of dpactor has no CUDA support");
@@ -118,6 +119,7 @@ std::shared_ptr<collective_group> group_from_ticket(const group_ticket& ticket, 
     o.prefix = ticket.rendezvous_id;
     o.address = link.address;
     o.shared_memory = link.shared_memory;
+    o.rendezvous_timeout = link.rendezvous_timeout;
     return make_gloo_group(link.store, size, o);
 #else
     throw config_error("this build of dpactor has no Gloo backend, which ranks in several processes need "
@@ -126,6 +128,10 @@ std::shared_ptr<collective_group> group_from_ticket(const group_ticket& ticket, 
   }
   throw std::logic_error("a generation's ticket names the backend '" + ticket.backend +
                          "', which does not reach across processes");
+}
+
+std::chrono::milliseconds rendezvous_timeout(const job_config& config) {
+  return std::chrono::milliseconds(static_cast<std::int64_t>(config.cluster.rendezvous_timeout_s * 1000.0));
 }
 
 std::string device_name(const job_config& config, int id) {

@@ -7,6 +7,7 @@
 // coordinator's reducer hands out. Every `#if` on CUDA or Gloo that chooses
 // a backend is in backend.cpp.
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -64,6 +65,7 @@ struct cluster_link {
   std::shared_ptr<rendezvous_store> store;  // the coordinator's, or a worker's view of it
   std::string address;                      // Gloo: where this process's ranks listen
   bool shared_memory = true;                // cluster.shared_memory
+  std::chrono::milliseconds rendezvous_timeout{10'000};  // cluster.rendezvous_timeout_s
 };
 
 // Members in several processes (the coordinator's reducer): each
@@ -84,5 +86,8 @@ std::shared_ptr<collective_group> group_from_ticket(const group_ticket& ticket, 
 
 // "gpu:3" or "cpu:3".
 std::string device_name(const job_config& config, int id);
+
+// cluster.rendezvous_timeout_s, for a cluster_link.
+std::chrono::milliseconds rendezvous_timeout(const job_config& config);
 
 }  // namespace dpactor

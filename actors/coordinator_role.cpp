@@ -74,6 +74,7 @@ struct coordinator_role::state {
   std::shared_ptr<rendezvous_store> store = make_memory_store();  // the Gloo groups'
   std::string address;  // where the coordinator's own ranks listen
   bool shared_memory = true;
+  std::chrono::milliseconds rendezvous_timeout{10'000};
   std::vector<int> gpus;
   std::vector<member_handle> members;
   std::shared_ptr<worker_nodes> nodes = std::make_shared<worker_nodes>();
@@ -100,6 +101,7 @@ coordinator_role::coordinator_role(caf::actor_system& system, const coordinator_
   auto& st = *state_;
   st.address = options.host;
   st.shared_memory = config.cluster.shared_memory;
+  st.rendezvous_timeout = rendezvous_timeout(config);
   st.gpus = config.cluster.gpus;
   const int local_devices = plan.replicas;
   auto book = st.book;
@@ -170,7 +172,7 @@ caf::actor coordinator_role::actor() const { return state_->actor; }
 
 void coordinator_role::steer(loader_setup& loader, reducer_setup& reducer, const launch_plan& plan) const {
   const auto& st = *state_;
-  reducer.make_group = cluster_groups(st.gpus, cluster_link{st.store, st.address, st.shared_memory});
+  reducer.make_group = cluster_groups(st.gpus, cluster_link{st.store, st.address, st.shared_memory, st.rendezvous_timeout});
   reducer.abort_remote = [nodes = st.nodes](std::int64_t generation, const std::string& why) {
     for (const auto& n : nodes->list()) caf::anon_send(n, abort_msg{generation, why});
   };

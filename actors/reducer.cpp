@@ -15,6 +15,8 @@ using phase = reducer_state::phase;
 
 // How often the reducer looks for hung members.
 constexpr auto tick_interval = std::chrono::milliseconds(20);
+// See Note [A collective that fails in every generation].
+constexpr int max_unblamed_failures = 5;
 // Shares are re-sent to the loader when one moves by more than this.
 constexpr double share_resend_threshold = 0.01;
 
@@ -312,8 +314,20 @@ reducer_actor::behavior_type reducer_behavior(reducer_ptr self, reducer_setup se
       },
       [self](const step_aborted_msg& msg) {
         // After the reducer's own abort, survivors' failed collectives are expected.
-        if (!accepting_reports(self->state, msg.generation)) return;
-        handle_fault(self, std::nullopt, "collective failed at step " + std::to_string(msg.step + 1) + ": " + msg.what);
+        auto& st = self->state;
+        if (!accepting_reports(st, msg.generation)) return;
+        const std::string what = "collective failed at step " + std::to_string(msg.step + 1) + ": " + msg.what;
+        // See Note [A collective that fails in every generation].
+        const std::int64_t committed = st.book->committed();
+        if (st.unblamed_failures.at != committed) st.unblamed_failures = {committed, 0};
+        if (++st.unblamed_failures.count > max_unblamed_failures) {
+          end_run(self, "training stopped: the collective failed in " + std::to_string(st.unblamed_failures.count) +
+                            " generations in a row at step " + std::to_string(committed + 2) +
+                            " with no member lost (" + what + "); where many processes form a group on few cores, "
+                            "raise cluster.rendezvous_timeout_s");
+          return;
+        }
+        handle_fault(self, std::nullopt, what);
       },
       [self](const rollback_done_msg& msg) {
         self->state.book->requeued_by_fault(msg.requeued);

@@ -131,6 +131,19 @@ struct reducer_state {
   // The committed step at the last stall nobody could be blamed for (See
   // Note [Progress-based hang detection]).
   std::optional<std::int64_t> unblamed_stall_at;
+  // Note [A collective that fails in every generation]
+  // A generation whose collective fails with no member lost (a group that
+  // cannot form in time: cluster.rendezvous_timeout_s) is retried from the
+  // last committed step; the same failure in every new one would loop for
+  // ever. Generations that fail in a row at one committed step with no
+  // member removed are counted; past max_unblamed_failures the run stops
+  // with a checkpoint and says why. A commit or a removed member starts the
+  // count again (eight workers killed at once may take several generations
+  // to leave, one down message at a time).
+  struct {
+    std::int64_t at = -2;  // the committed step
+    int count = 0;
+  } unblamed_failures;
   // Stream mode: the loader waits for records with nothing in flight (no
   // hang can be found then), and when it last stopped waiting.
   bool idle = false;

@@ -37,6 +37,7 @@ void remove_member(reducer_ptr self, std::size_t rank, const std::string& reason
   auto& st = self->state;
   const member& m = st.members->members().at(rank);
   if (!st.members->remove(rank, reason)) return;
+  st.unblamed_failures.count = 0;  // See Note [A collective that fails in every generation]
   engine_log()->debug("{} removed: {}", m.name, reason);
   let_go(self, m.id);
 }

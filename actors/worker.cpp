@@ -230,7 +230,7 @@ worker_result serve(caf::actor_system& system, const worker_options& options, bo
   auto result = outcome->promise.get_future();
   const caf::actor proxy = system.spawn(store_proxy, coordinator);
   const cluster_link link{std::make_shared<coordinator_store>(coordinator, proxy), facing,
-                          config.cluster.shared_memory};
+                          config.cluster.shared_memory, rendezvous_timeout(config)};
   const caf::actor node_actor = system.spawn(node_behavior, coordinator, groups, outcome);
 
   join_msg join;

@@ -4,7 +4,10 @@
 // change (a failure, a join) costs, at 100, 1,000 and 4,000 members.
 //
 //   build/bin/scale_bench [--members 100,1000,4000] [--steps 60] [--repeats 3]
-//                         [--compute-us 1000] [--exchange-us 500]
+//                         [--compute-us 1000] [--exchange-us 500] [--fail-every K]
+//
+// --fail-every K: only the storm case, a member failing every K steps of
+// the run (a different one each time), in both modes.
 //
 // Each member trains 2 samples a step (the global batch is 2 x members; in
 // reproducible mode one slice each), so the data a step hands out grows
@@ -103,6 +106,7 @@ int main(int argc, char** argv) {
   std::int64_t steps = 60;
   int repeats = 3;
   long compute_us = 1000, exchange_us = 500;
+  std::int64_t fail_every = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--members") member_counts = parse_list(argv[i + 1]);
@@ -110,6 +114,7 @@ int main(int argc, char** argv) {
     else if (flag == "--repeats") repeats = std::atoi(argv[i + 1]);
     else if (flag == "--compute-us") compute_us = std::atol(argv[i + 1]);
     else if (flag == "--exchange-us") exchange_us = std::atol(argv[i + 1]);
+    else if (flag == "--fail-every") fail_every = std::atoll(argv[i + 1]);
     else {
       std::fprintf(stderr, "scale_bench: unknown flag %s\n", flag.c_str());
       return 2;
@@ -122,15 +127,24 @@ int main(int argc, char** argv) {
               "loader_ms/st", "wall_ms/st", "gap_ms", "change_ms", "recovery_ms", "samples");
   for (const int n : member_counts) {
     // Four failures, or four joins, spread over the run.
-    std::vector<std::string> failures, joins;
+    std::vector<std::string> failures, joins, storm;
     for (int k = 1; k <= 4; ++k) {
       const std::int64_t at = k * steps / 5;
       failures.push_back("fail:" + std::to_string((k * n) / 5) + "@" + std::to_string(at));
       joins.push_back("join:cpu@" + std::to_string(at));
     }
+    for (std::int64_t at = fail_every, k = 0; fail_every > 0 && at < steps; at += fail_every, ++k)
+      storm.push_back("fail:" + std::to_string((k * 7919) % n) + "@" + std::to_string(at));
+    std::vector<std::pair<std::string, std::vector<std::string>>> cases;
+    if (fail_every > 0) {
+      cases.emplace_back(std::to_string(storm.size()) + " failures", storm);
+    } else {
+      cases.emplace_back("quiet", std::vector<std::string>{});
+      cases.emplace_back("4 failures", failures);
+      cases.emplace_back("4 joins", joins);
+    }
     for (const bool reproducible : {true, false}) {
-      for (const auto& [name, faults] : {std::pair<const char*, std::vector<std::string>>{"quiet", {}},
-                                         {"4 failures", failures}, {"4 joins", joins}}) {
+      for (const auto& [name, faults] : cases) {
         std::vector<measured> runs;
         for (int rep = 0; rep < repeats; ++rep) runs.push_back(run_case(n, steps, reproducible, faults, compute, exchange));
         const auto med = [&](double measured::*field) {
@@ -140,7 +154,7 @@ int main(int argc, char** argv) {
         };
         bool all = true;
         for (const auto& m : runs) all = all && m.samples == m.expected;
-        std::printf("%-12s %-8s %8d %12.3f %12.3f %12.3f %10.2f %12.2f %12.2f %s\n", name,
+        std::printf("%-12s %-8s %8d %12.3f %12.3f %12.3f %10.2f %12.2f %12.2f %s\n", name.c_str(),
                     reproducible ? "reprod" : "fast", n, med(&measured::reducer_ms_per_step),
                     med(&measured::loader_ms_per_step), med(&measured::wall_ms_per_step), med(&measured::step_gap_ms),
                     med(&measured::change_gap_ms), med(&measured::recovery_ms), all ? "all once" : "MISMATCH");

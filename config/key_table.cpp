@@ -246,6 +246,12 @@ const std::vector<key_spec>& keys() {
     b.floating("collective_timeout_s", [](job_config& c) -> double& { return c.cluster.collective_timeout_s; }, 0.0,
                true, "Timeout of one collective call, in seconds: a backstop for a member that never arrives.",
                max_wait_s);
+    b.floating("rendezvous_timeout_s", [](job_config& c) -> double& { return c.cluster.rendezvous_timeout_s; }, 0.0,
+               true,
+               "Several processes: how long forming a generation's collective group (its keys in the "
+               "coordinator's store, the connections) may take, in seconds; dozens of processes on few cores "
+               "need more than the default (docs/scale.md).",
+               max_wait_s);
     b.integer("heartbeat_ms", [](job_config& c) -> std::int64_t& { return c.cluster.heartbeat_ms; }, 10,
               "Several processes: the interval of the heartbeats every process sends the others over CAF "
               "(a worker takes its own --set value, since it connects before it reads the job's config).",

@@ -82,6 +82,9 @@ struct cluster_config {
   double hang_timeout_s = 0.0;   // 0 = max(5 s, 20 x median step time)
   double first_step_timeout_s = 300.0;  // the same, for a generation's first step or an evaluation's first batch
   double collective_timeout_s = 600.0;
+  // Several processes: how long forming a generation's group (the store's
+  // keys and the connections) may take before the generation fails.
+  double rendezvous_timeout_s = 10.0;
   // Multi-node (docs/distributed.md): CAF heartbeats between processes, and
   // how long a silent peer is kept before it is dropped (a lost node).
   std::int64_t heartbeat_ms = 500;

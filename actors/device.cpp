@@ -149,8 +149,23 @@ device_actor::behavior_type device_behavior(device_ptr self, std::shared_ptr<dev
           if (!st.group) throw std::logic_error("a generation without a collective group (backend " + msg.group.backend + ")");
           st.comm = std::make_unique<counted_collective>(st.group->endpoint(msg.rank), st.setup->control->bytes);
           // Every member adopts the state source's parameters, optimizer state
-          // and step counter (See Note [Replica state buffer]).
+          // and step counter (See Note [Replica state buffer]). Its first call
+          // forms the group across processes (a rendezvous bounded by
+          // cluster.rendezvous_timeout_s, seconds with dozens of processes):
+          // set-up, so the first-step bound applies to it, not the hang
+          // timeout (See Note [Progress-based hang detection]).
+          device_progress& progress = st.setup->control->progress;
+          const bool warming = progress.read().warming;
+          progress.begin_warm_up(device_phase::collective, st.last_step + 1);
+          struct warm_up_ends {
+            device_progress& progress;
+            bool keep;
+            ~warm_up_ends() {
+              if (!keep) progress.end_warm_up();
+            }
+          } ends{progress, warming};
           st.comm->broadcast(st.setup->model->state_buffer(), msg.state_source, st.setup->collective);
+          progress.mark(device_phase::data, st.last_step + 1);
           st.setup->model->on_state_replaced();
           st.last_step = st.setup->model->optimizer_steps() - 1;
         } catch (const collective_error& e) {

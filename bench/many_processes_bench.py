@@ -202,6 +202,10 @@ def one_run(dpactor, workers, shm, case, kill, steps_per_epoch, epochs, rendezvo
             coord.wait(timeout=900)
             result["exit"] = coord.returncode
             result["once"] = exactly_once(metrics, rows, epochs)
+            if coord.returncode != 0:
+                out.flush()
+                tail = [l for l in open(out_path, errors="replace").read().splitlines() if "error" in l.lower()]
+                result["once"] += f" (coordinator exit {coord.returncode}: {tail[-1][-300:] if tail else '?'})"
         finally:
             for p in procs:
                 if p.poll() is None:

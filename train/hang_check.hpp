@@ -12,7 +12,10 @@
 // that joins) and the first batch of every evaluation get the first-step
 // bound instead. A generation formed after a fault or a change is not a
 // warm-up for the devices that trained before: their first step in it is
-// as long as any other, and a hang there is found within the timeout. A stalled run blames the members
+// as long as any other, and a hang there is found within the timeout; but
+// forming the generation's group (the state broadcast's rendezvous across
+// processes, seconds with dozens of them) is set-up for every member and
+// gets the first-step bound. A stalled run blames the members
 // stuck in their own work (forward, backward, optimizer, evaluation) past
 // their limit; failing that, those the others reported waiting for in the
 // collective (late_msg). A blamed member is removed and the run recovers

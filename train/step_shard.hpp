@@ -39,7 +39,7 @@ struct step_shard {
   // every member of the loader's process shares (not serialised), in place
   // of `indices`: copying them to each member would cost members x batch a
   // step (docs/scale.md). A member in another process gets `indices`.
-  std::shared_ptr<const std::vector<std::uint32_t>> shared_indices;
+  std::shared_ptr<const std::vector<std::uint32_t>> shared_indices = nullptr;
 
   // The indices the shard addresses: the shared ones, or its own.
   std::span<const std::uint32_t> all_indices() const noexcept {

@@ -1,6 +1,6 @@
 // The gloo backend's all-reduce across processes against the local backend's
 // across threads, side by side in one run (not a timed test).
-//   gloo_bench [--floats N] [--calls K] [--ranks P] [--pin] [--step]
+//   gloo_bench [--floats N] [--calls K] [--ranks P] [--pin] [--step [--separate]]
 // The processes run twice: Gloo's TCP on 127.0.0.1 for every pair, then
 // shared memory between them (See Note [Same-machine ranks share memory]).
 // Prints the median, p10 and p90 of each; N defaults to the default MLP's
@@ -41,17 +41,17 @@ stats summarize(std::vector<double> v) {
 }
 
 // Times `calls` all-reduces (after 20 untimed ones) on one rank, in ms. With
-// `step`, each call is instead what a reproducible training step does: a
-// small header all-reduce, the tree reduce-scatter of the gradients (one part
-// per rank) and the all-gather of the result.
-std::vector<double> time_calls(collective& c, std::size_t floats, int calls, bool step) {
+// `step`, each call is instead what a reproducible training step does (See
+// Note [One call a step]): a small header all-reduced, the tree reduce of the
+// gradients (one part per rank) and the result gathered, in one call; with
+// `separate` as three calls, as before that.
+std::vector<double> time_calls(collective& c, std::size_t floats, int calls, bool step, bool separate) {
   std::vector<float> v(floats, 1.0f), header(16, 1.0f);
   std::vector<double> ms;
   for (int i = 0; i < 20 + calls; ++i) {
     c.barrier({});
     const auto start = clock_type::now();
     if (step) {
-      c.all_reduce_sum(header, {});
       const tree_part part{static_cast<std::uint32_t>(summation_tree(static_cast<std::size_t>(c.size())).cover(
                                [&] {
                                  std::vector<std::uint8_t> owned(static_cast<std::size_t>(c.size()), 0);
@@ -59,9 +59,15 @@ std::vector<double> time_calls(collective& c, std::size_t floats, int calls, boo
                                  return owned;
                                }())[0]),
                            v};
-      c.reduce_scatter_tree(static_cast<std::size_t>(c.size()), {&part, 1}, v, {});
-      const std::span<float> all[] = {v};
-      c.all_gather(all, {});
+      if (separate) {
+        c.all_reduce_sum(header, {});
+        c.reduce_scatter_tree(static_cast<std::size_t>(c.size()), {&part, 1}, v, {});
+        const std::span<float> all[] = {v};
+        c.all_gather(all, {});
+      } else {
+        c.all_reduce_tree(static_cast<std::size_t>(c.size()), {&part, 1}, v, header,
+                          [](std::span<const float>) { return true; }, {}, {});
+      }
     } else {
       c.all_reduce_sum(v, {});
     }
@@ -89,6 +95,7 @@ int main(int argc, char** argv) {
   int ranks = 2;
   bool pinned = false;
   bool step = false;
+  bool separate = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--floats" && i + 1 < argc) floats = std::stoul(argv[++i]);
@@ -96,8 +103,9 @@ int main(int argc, char** argv) {
     else if (a == "--ranks" && i + 1 < argc) ranks = std::stoi(argv[++i]);
     else if (a == "--pin") pinned = true;
     else if (a == "--step") step = true;
+    else if (a == "--separate") separate = true;
     else {
-      std::fprintf(stderr, "usage: gloo_bench [--floats N] [--calls K] [--ranks P] [--pin] [--step]\n");
+      std::fprintf(stderr, "usage: gloo_bench [--floats N] [--calls K] [--ranks P] [--pin] [--step [--separate]]\n");
       return 64;
     }
   }
@@ -117,7 +125,7 @@ int main(int argc, char** argv) {
         o.shared_memory = shared_memory;
         auto group = make_gloo_group(make_directory_store(dir), ranks, o);
         auto c = group->endpoint(r);
-        const auto ms = time_calls(*c, floats, calls, step);
+        const auto ms = time_calls(*c, floats, calls, step, separate);
         if (r == 0) {
           const stats s = summarize(ms);
           if (::write(pipefd[1], &s, sizeof(s)) != sizeof(s)) ::_exit(1);
@@ -149,7 +157,7 @@ int main(int argc, char** argv) {
   for (int r = 0; r < ranks; ++r)
     threads.emplace_back([&, r] {
       if (pinned) pin(r);
-      local[static_cast<std::size_t>(r)] = time_calls(*group->endpoint(r), floats, calls, step);
+      local[static_cast<std::size_t>(r)] = time_calls(*group->endpoint(r), floats, calls, step, separate);
     });
   for (auto& t : threads) t.join();
   const stats l = summarize(local[0]);

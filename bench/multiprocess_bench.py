@@ -113,7 +113,13 @@ def main():
     p.add_argument("--gloo-bench", default=os.path.join(ROOT, "build/bin/gloo_bench"))
     p.add_argument("--kills", type=int, default=10)
     p.add_argument("--repeats", type=int, default=3, help="runs of each throughput configuration (medians)")
+    p.add_argument("--cases", default="ddp,shm,tcp,threads",
+                   help="throughput configurations, of ddp,shm,tcp,threads (DDP always runs: the ratios' base)")
     a = p.parse_args()
+    cases = set(a.cases.split(",")) | {"ddp"}
+    unknown = cases - {"ddp", "shm", "tcp", "threads"}
+    if unknown:
+        p.error(f"--cases: unknown {', '.join(sorted(unknown))} (known: ddp, shm, tcp, threads)")
     kernels = same_blas_kernels(a.dpactor)
     rows = {"dpactor 2 processes x 1 replica, shared memory": [],
             "dpactor 2 processes x 1 replica, Gloo TCP": [],
@@ -122,9 +128,13 @@ def main():
     for r in range(a.repeats):
         print(f"round {r + 1}/{a.repeats} ...", file=sys.stderr)
         rows["PyTorch DDP Gloo 2x(1+1)"].append(pytorch_run("ddp", 1, [128])[128]["step_us"])
-        rows["dpactor 2 processes x 1 replica, shared memory"].append(two_processes(a.dpactor, True))
-        rows["dpactor 2 processes x 1 replica, Gloo TCP"].append(two_processes(a.dpactor, False))
-        rows["dpactor 1 process x 2 replicas"].append(dpactor_run(a.dpactor, 2, 128, True)[0])
+        if "shm" in cases:
+            rows["dpactor 2 processes x 1 replica, shared memory"].append(two_processes(a.dpactor, True))
+        if "tcp" in cases:
+            rows["dpactor 2 processes x 1 replica, Gloo TCP"].append(two_processes(a.dpactor, False))
+        if "threads" in cases:
+            rows["dpactor 1 process x 2 replicas"].append(dpactor_run(a.dpactor, 2, 128, True)[0])
+    rows = {name: times for name, times in rows.items() if times}
     ddp = statistics.median(rows["PyTorch DDP Gloo 2x(1+1)"])
     print(f"\nOpenBLAS kernels, both sides: {kernels}")
     print("global batch 128, default MLP, reproducible mode; medians of", a.repeats, "runs\n")

@@ -50,6 +50,19 @@ void collective::reduce_scatter_tree(std::size_t slices, std::span<const tree_pa
   plan.run(data.data(), begin, end, out.data());
 }
 
+bool collective::all_reduce_tree(std::size_t slices, std::span<const tree_part> parts, std::span<float> out,
+                                 std::span<float> header, const std::function<bool(std::span<const float>)>& proceed,
+                                 const collective_options& header_options, const collective_options& options) {
+  if (size() > 1) all_reduce_sum(header, header_options);
+  if (!proceed(header)) return false;
+  reduce_scatter_tree(slices, parts, out, options);
+  if (size() > 1) {
+    const std::span<float> whole[] = {out};
+    all_gather(whole, options);
+  }
+  return true;
+}
+
 void collective::all_reduce_sum_int8(std::span<std::int8_t> data, const collective_options& options) {
   if (size() == 1) return;
   std::vector<float> wide(data.begin(), data.end());

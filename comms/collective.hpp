@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <stdexcept>
@@ -118,6 +119,25 @@ class collective {
   virtual void reduce_scatter_tree(std::size_t slices, std::span<const tree_part> parts, std::span<float> out,
                                    const collective_options& options);
   virtual void barrier(const collective_options& options) = 0;
+
+  // Note [One call a step]
+  // What a reproducible step does where the members gather the reduced
+  // gradients (gathers_gradients(), or the round modes): the step header
+  // all-reduced, then, if `proceed` says so on the summed header, the
+  // members' tree nodes reduced (as reduce_scatter_tree) and every rank's
+  // chunk gathered, so that every rank holds the whole root in `out`. One
+  // call, so a backend that pays a round trip per call can fold the header
+  // into the exchange it opens with: the gloo backend's header carries the
+  // step header, three round trips a step instead of seven. `header` is
+  // summed in rank order, bitwise what all_reduce_sum gives; `proceed` sees
+  // the same sum on every rank, so every rank makes the same choice, and
+  // without it nothing of `out` changes. `header_options` (its observer and
+  // late_at: who has not arrived) govern the wait for the header,
+  // `options` the rest. Returns whether it proceeded. The default makes the
+  // three calls.
+  virtual bool all_reduce_tree(std::size_t slices, std::span<const tree_part> parts, std::span<float> out,
+                               std::span<float> header, const std::function<bool(std::span<const float>)>& proceed,
+                               const collective_options& header_options, const collective_options& options);
 
   // The int8 codec's exchange (See Note [Int8 pseudo-gradients],
   // train/int8_codec.hpp): every rank passes int8 values of the same length

@@ -76,6 +76,20 @@ void counted_collective::reduce_scatter_tree(std::size_t slices, std::span<const
   counter_.add(bytes);
 }
 
+bool counted_collective::all_reduce_tree(std::size_t slices, std::span<const tree_part> parts, std::span<float> out,
+                                         std::span<float> header,
+                                         const std::function<bool(std::span<const float>)>& proceed,
+                                         const collective_options& header_options, const collective_options& options) {
+  const bool proceeded = inner_->all_reduce_tree(slices, parts, out, header, proceed, header_options, options);
+  counter_.add(scatter_bytes(header.size()) + gather_bytes(header.size()));
+  if (!proceeded) return false;
+  std::uint64_t bytes = 0;
+  for (const auto& p : parts) bytes += scatter_bytes(p.data.size());
+  counter_.add(bytes);
+  counter_.add(gather_bytes(out.size()));
+  return true;
+}
+
 void counted_collective::start_reduce_scatter(std::span<float> data, void* after) {
   inner_->start_reduce_scatter(data, after);
   counter_.add(scatter_bytes(data.size()));

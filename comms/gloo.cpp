@@ -28,6 +28,10 @@ using gloo_header::op;
 // connection's probes use 0x6475, comms/gloo_connect.cpp.)
 enum slot : std::uint64_t { header_slot = 0x6470, scatter_slot, gather_slot, broadcast_slot, tree_slot };
 
+// The longest step header all_reduce_tree folds into its call header, with
+// its length word: a quarter of the extras, the rest for the tree nodes.
+constexpr std::size_t max_folded_header = gloo_header::max_extras / 4;
+
 // One rank of a gloo group: the operations, each a header exchange then its
 // payload, over the rank's connections (comms/gloo_connect.hpp).
 class gloo_endpoint final : public collective {
@@ -108,7 +112,41 @@ class gloo_endpoint final : public collective {
                            const collective_options& options) override {
     part_nodes(parts, out.size(), op::reduce_scatter_tree);
     call(op::reduce_scatter_tree, out.size(), slices, extras_, options,
-         [&](clock_type::time_point deadline) { tree_sum(slices, parts, out, deadline); });
+         [&](clock_type::time_point deadline) { tree_sum(slices, parts, out, deadline, 0); });
+  }
+
+  // See Note [One call a step]: the step header travels in the call's own
+  // header, one float a word after its length, and every rank sums all of
+  // them in rank order (sum_in_rank_order is element-wise, so the bytes are
+  // all_reduce_sum's); the tree nodes follow it. A header too long to share
+  // the extras with the nodes (over a thousand words: some 340 members)
+  // takes the three calls; every rank decides alike, on its length alone.
+  bool all_reduce_tree(std::size_t slices, std::span<const tree_part> parts, std::span<float> out,
+                       std::span<float> header, const std::function<bool(std::span<const float>)>& proceed,
+                       const collective_options& header_options, const collective_options& options) override {
+    // header_options' timeout, the same as options', bounds the whole call.
+    if (group_->size == 1 || header.size() + 1 > max_folded_header)
+      return collective::all_reduce_tree(slices, parts, out, header, proceed, header_options, options);
+    part_nodes(parts, out.size(), op::all_reduce_tree);
+    const std::size_t nodes = extras_.size();
+    extras_.resize(1 + header.size() + nodes);
+    std::copy_backward(extras_.begin(), extras_.begin() + static_cast<std::ptrdiff_t>(nodes), extras_.end());
+    extras_[0] = header.size();
+    for (std::size_t i = 0; i < header.size(); ++i) extras_[1 + i] = std::bit_cast<std::uint32_t>(header[i]);
+    bool proceeded = false;
+    call(op::all_reduce_tree, out.size(), slices, extras_, header_options, [&](clock_type::time_point deadline) {
+      sum_headers(header);
+      if (!proceed(header)) return;
+      proceeded = true;
+      if (whole_parts_are_cheaper(parts.size(), 1 + header.size())) {
+        whole_tree_sum(slices, parts, out, deadline, 1 + header.size());
+        return;
+      }
+      tree_sum(slices, parts, out, deadline, 1 + header.size());
+      const std::span<float> whole[] = {out};
+      gather(whole, deadline);
+    });
+    return proceeded;
   }
 
  private:
@@ -320,6 +358,27 @@ class gloo_endpoint final : public collective {
     ops.clear();
   }
 
+  // all_reduce_tree's step header: every rank's (its header's extras 1 to
+  // the length) summed in rank order into `header`, this rank's own in place.
+  void sum_headers(std::span<float> header) {
+    const int n = group_->size;
+    const std::size_t len = header.size();
+    header_floats_.resize(static_cast<std::size_t>(n) * len);
+    parts_.clear();
+    for (int k = 0; k < n; ++k) {
+      if (k == rank_) {
+        parts_.push_back(header.data());
+        continue;
+      }
+      const std::uint64_t* h = header_in_storage_.data() + static_cast<std::size_t>(k) * gloo_header::capacity;
+      float* to = header_floats_.data() + static_cast<std::size_t>(k) * len;
+      for (std::size_t i = 0; i < len; ++i) to[i] = std::bit_cast<float>(static_cast<std::uint32_t>(gloo_header::extra(h, 1 + i)));
+      parts_.push_back(to);
+    }
+    float* const sum[] = {header.data()};
+    sum_in_rank_order(parts_, len, sum);
+  }
+
   // Reduce-scatter (See Note [Gloo sums like the local backend]): chunk c of
   // every buffer goes to rank c, which sums them in rank order into its own.
   void scatter(std::span<float> data, clock_type::time_point deadline) {
@@ -403,9 +462,9 @@ class gloo_endpoint final : public collective {
 
   // reduce_scatter_tree: each part's chunk c goes to rank c, which evaluates
   // the tree over its chunk from every rank's parts (the nodes came in the
-  // headers).
+  // headers, from extra `first_node` on).
   void tree_sum(std::size_t slices, std::span<const tree_part> parts, std::span<float> out,
-                clock_type::time_point deadline) {
+                clock_type::time_point deadline, std::size_t first_node) {
     const int n = group_->size;
     const summation_tree tree(slices);
     const auto [begin, end] = chunk(out.size(), rank_);
@@ -424,7 +483,7 @@ class gloo_endpoint final : public collective {
     // peer's parts one after another.
     std::size_t foreign = 0;
     for (int k = 0; k < n; ++k)
-      if (k != rank_) foreign += static_cast<std::size_t>(gloo_header::extra_count(header_in_storage_.data() + static_cast<std::size_t>(k) * gloo_header::capacity));
+      if (k != rank_) foreign += static_cast<std::size_t>(gloo_header::extra_count(header_in_storage_.data() + static_cast<std::size_t>(k) * gloo_header::capacity)) - first_node;
     staging_.resize(foreign * len);
     std::size_t next = 0;
     for (int k = 0; k < n; ++k) {
@@ -437,7 +496,7 @@ class gloo_endpoint final : public collective {
       }
       const std::uint64_t* h = header_in_storage_.data() + static_cast<std::size_t>(k) * gloo_header::capacity;
       const std::size_t first = next;
-      for (std::uint64_t i = 0; i < gloo_header::extra_count(h); ++i) {
+      for (std::uint64_t i = first_node; i < gloo_header::extra_count(h); ++i) {
         nodes_.push_back(static_cast<std::uint32_t>(gloo_header::extra(h, i)));
         part_data_.push_back(staging_.data() + next * len);
         ++next;
@@ -453,6 +512,58 @@ class gloo_endpoint final : public collective {
       }
     finish(ops_, deadline);
     evaluate(tree, 0, len, out.data() + begin);
+  }
+
+  // Whether all_reduce_tree sends every part whole to every peer, each rank
+  // then evaluating the whole tree: one round trip instead of two (the
+  // reduce-scatter, then the gather). A rank holding p parts of s floats
+  // sends p * s * (n - 1) that way against p * s * (n - 1) / n + s * (n - 1)
+  // / n: no more exactly where n = 2 and no rank holds more than one part.
+  // Every rank decides alike, from the headers.
+  bool whole_parts_are_cheaper(std::size_t own_parts, std::size_t first_node) const {
+    if (group_->size != 2 || own_parts > 1) return false;
+    const int peer = 1 - rank_;
+    const std::uint64_t* h = header_in_storage_.data() + static_cast<std::size_t>(peer) * gloo_header::capacity;
+    return gloo_header::extra_count(h) - first_node <= 1;
+  }
+
+  // all_reduce_tree's payload where whole_parts_are_cheaper: every part
+  // whole to every peer, and the tree over all of `out` here; the bytes of
+  // tree_sum's chunks, as the plan is evaluated element by element.
+  void whole_tree_sum(std::size_t slices, std::span<const tree_part> parts, std::span<float> out,
+                      clock_type::time_point deadline, std::size_t first_node) {
+    const int n = group_->size;
+    const summation_tree tree(slices);
+    const std::size_t size = out.size();
+    nodes_.clear();
+    part_data_.clear();
+    std::size_t foreign = 0;
+    for (int k = 0; k < n; ++k)
+      if (k != rank_) foreign += static_cast<std::size_t>(gloo_header::extra_count(header_in_storage_.data() + static_cast<std::size_t>(k) * gloo_header::capacity)) - first_node;
+    staging_.resize(foreign * size);
+    // Receives first: a send that finds its receive posted goes out from
+    // this thread at once, not later from Gloo's event loop.
+    std::size_t next = 0;
+    for (int k = 0; k < n; ++k) {
+      if (k == rank_) {
+        for (const tree_part& p : parts) {
+          nodes_.push_back(p.node);
+          part_data_.push_back(p.data.data());
+        }
+        continue;
+      }
+      const std::uint64_t* h = header_in_storage_.data() + static_cast<std::size_t>(k) * gloo_header::capacity;
+      for (std::uint64_t i = first_node; i < gloo_header::extra_count(h); ++i, ++next) {
+        nodes_.push_back(static_cast<std::uint32_t>(gloo_header::extra(h, i)));
+        part_data_.push_back(staging_.data() + next * size);
+        post_recv(ops_, staging_.data() + next * size, size, k, tree_slot);
+      }
+    }
+    for (const tree_part& p : parts)
+      for (int peer = 0; peer < n; ++peer)
+        if (peer != rank_) post_send(ops_, p.data.data(), size, peer, tree_slot);
+    finish(ops_, deadline);
+    evaluate(tree, 0, size, out.data());
   }
 
   // reduce_scatter_tree_bf16's payload: as tree_sum, with bf16 chunks
@@ -529,6 +640,7 @@ class gloo_endpoint final : public collective {
   std::vector<std::unique_ptr<gloo_buffer>> header_in_;
   std::vector<std::uint64_t> extras_;
   std::vector<float> staging_;
+  std::vector<float> header_floats_;  // all_reduce_tree's: peer k's step header at k * its length
   std::vector<const float*> parts_;
   std::vector<std::uint16_t> staging_bf16_;  // reduce_scatter_tree_bf16's
   std::vector<float> widened_;

@@ -14,7 +14,11 @@
 // backend computes from the same buffers, whether the ranks are threads or
 // processes, and the traffic is a ring's: (n-1)/n of the buffer out and in,
 // twice. reduce_scatter_tree sends each part's chunk c to rank c in the same
-// way and evaluates the summation tree there.
+// way and evaluates the summation tree there. all_reduce_tree (See Note [One
+// call a step], comms/collective.hpp) carries the step header in the call's
+// own header, and between two ranks holding one node each sends each part
+// whole, each rank evaluating the whole tree: the same bytes on the wire,
+// one round trip fewer.
 //
 // Every call opens with a header exchange (operation, size, root, and the
 // buffer sizes or tree nodes) from each rank to each other: it is the

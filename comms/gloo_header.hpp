@@ -4,7 +4,9 @@
 // other before any payload moves. It is the call's barrier, and it finds
 // ranks that called different operations or sizes while nothing else is in
 // flight (a payload larger than the receiver posted would stop Gloo's event
-// loop). Pure data and checks: no Gloo, tested alone.
+// loop); all_reduce_tree's carries the step header too (See Note [One call
+// a step], comms/collective.hpp). Pure data and checks: no Gloo, tested
+// alone.
 //
 // Layout, in 64-bit words: magic, operation, size, root, extra count, then
 // the extras (all_gather's buffer sizes, reduce_scatter_tree's nodes).
@@ -26,6 +28,7 @@ enum class op : std::uint64_t {
   all_reduce_int8,
   reduce_scatter_tree_bf16,
   all_gather_bf16,
+  all_reduce_tree,  // extras: the step header's length, its floats (one a word), then the tree nodes
 };
 
 // "all_reduce", ..., or "unknown operation".
@@ -50,7 +53,8 @@ std::size_t write(std::span<std::uint64_t> out, op o, std::uint64_t size, std::u
 
 // "" when rank `peer`'s header `theirs` called what this rank's `mine` did;
 // else a message naming both calls. reduce_scatter_tree's extras differ per
-// rank (each its own tree nodes) and are not compared.
+// rank (each its own tree nodes) and are not compared; of all_reduce_tree's,
+// the step header's length is.
 std::string mismatch(const std::uint64_t* mine, const std::uint64_t* theirs, int peer, int rank);
 
 // "all_gather with 12 floats (root 0), buffer sizes 5 7", or what a header

@@ -132,6 +132,7 @@ ON_EVERY_BACKEND(Chunk);
 ON_EVERY_BACKEND(ReduceScatter);
 ON_EVERY_BACKEND(AllGather);
 ON_EVERY_BACKEND(ReduceScatterTree);
+ON_EVERY_BACKEND(AllReduceTree);
 ON_EVERY_BACKEND(Barrier);
 ON_EVERY_BACKEND(Mismatch);
 ON_EVERY_BACKEND(Abort);
@@ -325,6 +326,109 @@ TEST_P(ReduceScatterTree, AnyOwnershipGivesTheBytesOfOneDevice) {
     expect_tree_of_one_device(backend(), slices, owned, size, gen(),
                               "round " + std::to_string(round) + ", " + std::to_string(slices) + " slices");
     if (HasFatalFailure()) return;
+  }
+}
+
+// See Note [One call a step]: the step header summed in rank order
+// (bitwise what all_reduce_sum gives), then every rank holds the whole
+// one-device tree sum; with `proceed` false, nothing of the output changes,
+// on every rank alike. Ownerships where each rank holds one node (the gloo
+// backend sends whole parts between two ranks then) and where ranks hold
+// several or none.
+TEST_P(AllReduceTree, GivesEveryRankTheHeaderSumAndTheWholeTreeOfOneDevice) {
+  REQUIRE_RANKS(1);
+  struct layout {
+    std::size_t slices;
+    std::vector<std::vector<std::size_t>> owned;
+  };
+  const std::vector<layout> layouts = {
+      {2, {{0}, {1}}},
+      {4, {{0, 1}, {2, 3}}},
+      {8, {{0, 1, 2, 3}, {4, 5, 6, 7}}},
+      {5, {{0, 1, 2}, {3, 4}}},
+      {3, {{0, 1, 2}, {}}},
+      {1, {{0}}},
+      {7, {{0, 1}, {2, 3, 4}, {5, 6}}},
+      {5, {{0, 4}, {1, 2}, {3}, {}}},
+  };
+  for (const std::size_t size : {std::size_t{1}, std::size_t{1037}, std::size_t{70001}})
+    for (const layout& l : layouts) {
+      const int ranks = static_cast<int>(l.owned.size());
+      if (ranks > ranks_up_to(5)) continue;
+      const std::string where = std::to_string(ranks) + " ranks, " + std::to_string(l.slices) + " slices, size " +
+                                std::to_string(size);
+      const summation_tree tree(l.slices);
+      const auto values = testing::slice_values(l.slices, size, size + l.slices);
+      const std::vector<float> want = testing::one_device_sum(tree, values, size);
+      const std::size_t header_size = 5 + 3 * static_cast<std::size_t>(ranks);
+      buffers headers(static_cast<std::size_t>(ranks), std::vector<float>(header_size));
+      for (int r = 0; r < ranks; ++r)
+        for (std::size_t i = 0; i < header_size; ++i)
+          headers[static_cast<std::size_t>(r)][i] = 0.1f * static_cast<float>(i + 1) + 0.37f * static_cast<float>(r);
+      // The reference: the same headers by all_reduce_sum.
+      buffers want_header = headers;
+      run_ranks(backend().make(ranks),
+                [&](int r, collective& c) { c.all_reduce_sum(want_header[static_cast<std::size_t>(r)], {}); });
+      for (const bool go : {true, false}) {
+        buffers got(static_cast<std::size_t>(ranks), std::vector<float>(size, -1.0f));
+        buffers header = headers;
+        std::vector<int> proceeded(static_cast<std::size_t>(ranks), -1);
+        std::vector<std::vector<float>> seen(static_cast<std::size_t>(ranks));
+        run_ranks(backend().make(ranks), [&](int r, collective& c) {
+          auto mine = testing::contribute(tree, values, l.owned[static_cast<std::size_t>(r)]);
+          std::vector<tree_part> parts;
+          for (auto& [node, v] : mine) parts.push_back({node, v});
+          proceeded[static_cast<std::size_t>(r)] = c.all_reduce_tree(
+              l.slices, parts, got[static_cast<std::size_t>(r)], header[static_cast<std::size_t>(r)],
+              [&](std::span<const float> h) {
+                seen[static_cast<std::size_t>(r)].assign(h.begin(), h.end());
+                return go;
+              },
+              collective_options{20s}, collective_options{20s});
+        });
+        for (int r = 0; r < ranks; ++r) {
+          const auto ru = static_cast<std::size_t>(r);
+          EXPECT_EQ(proceeded[ru], go ? 1 : 0) << where << ": rank " << r;
+          expect_sum(header[ru], want_header[ru], 0, header_size, where + ", rank " + std::to_string(r) + "'s header");
+          expect_sum(seen[ru], want_header[ru], 0, header_size, where + ", what rank " + std::to_string(r) + "'s proceed saw");
+          if (HasFatalFailure()) return;
+          if (!go) {
+            for (std::size_t i = 0; i < size; ++i)
+              if (got[ru][i] != -1.0f) FAIL() << where << ": rank " << r << " changed the output at " << i << " without proceeding";
+            continue;
+          }
+          if (!backend().rank_order_sums) continue;  // NCCL: its own order (the tree is checked elsewhere)
+          for (std::size_t i = 0; i < size; ++i)
+            if (std::memcmp(&got[ru][i], &want[i], sizeof(float)) != 0)
+              FAIL() << where << ": rank " << r << ", first bad index " << i << ": got " << got[ru][i] << ", want " << want[i];
+        }
+      }
+    }
+}
+
+TEST_P(AllReduceTree, ConsecutiveStepsStayInStep) {
+  REQUIRE_RANKS(2);
+  const summation_tree tree(2);
+  const std::size_t size = 4099;
+  const auto values = testing::slice_values(2, size, 5);
+  const std::vector<float> want = testing::one_device_sum(tree, values, size);
+  buffers got(2, std::vector<float>(size));
+  std::vector<float> last_samples(2);
+  run_ranks(backend().make(2), [&](int r, collective& c) {
+    for (int step = 0; step < 20; ++step) {
+      auto mine = testing::contribute(tree, values, {static_cast<std::size_t>(r)});
+      std::vector<tree_part> parts;
+      for (auto& [node, v] : mine) parts.push_back({node, v});
+      std::vector<float> header(11, static_cast<float>(step));
+      // Every third step is skipped, as a non-finite one is.
+      c.all_reduce_tree(2, parts, got[static_cast<std::size_t>(r)], header,
+                        [&](std::span<const float>) { return step % 3 != 0; }, {}, {});
+      last_samples[static_cast<std::size_t>(r)] = header[0];
+    }
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(last_samples[static_cast<std::size_t>(r)], 38.0f) << "rank " << r;
+    expect_sum(got[static_cast<std::size_t>(r)], want, 0, size, "rank " + std::to_string(r));
   }
 }
 

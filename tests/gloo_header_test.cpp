@@ -53,6 +53,25 @@ TEST(GlooHeader, TreeNodesAreEachRanksOwnButTheSizeAndSlicesMustAgree) {
             "");
 }
 
+// See Note [One call a step]: the step header's floats, then each rank's
+// own nodes; the header's length must agree, the nodes need not.
+TEST(GlooHeader, AStepsHeaderMustHaveOneLengthOnEveryRank) {
+  EXPECT_EQ(gloo_header::mismatch(header(op::all_reduce_tree, 10, 8, {2, 11, 12, 1, 2}).data(),
+                                  header(op::all_reduce_tree, 10, 8, {2, 13, 14, 3}).data(), 1, 0),
+            "");
+  EXPECT_EQ(gloo_header::mismatch(header(op::all_reduce_tree, 10, 8, {2, 11, 12, 1}).data(),
+                                  header(op::all_reduce_tree, 10, 8, {3, 13, 14, 15, 3}).data(), 1, 0),
+            "all_reduce_tree: rank 1 called all_reduce_tree with 10 floats (root 8), a step header of 3 floats, rank 0 "
+            "called all_reduce_tree with 10 floats (root 8), a step header of 2 floats");
+  // A length the extras cannot hold is not trusted.
+  EXPECT_NE(gloo_header::mismatch(header(op::all_reduce_tree, 10, 8, {2, 11, 12}).data(),
+                                  header(op::all_reduce_tree, 10, 8, {2, 11}).data(), 1, 0),
+            "");
+  EXPECT_NE(gloo_header::mismatch(header(op::all_reduce_tree, 10, 8, {0}).data(),
+                                  header(op::reduce_scatter_tree, 10, 8, {}).data(), 1, 0),
+            "");
+}
+
 TEST(GlooHeader, BytesThatAreNotADpactorHeaderAreSaidToBeSo) {
   std::vector<std::uint64_t> junk(gloo_header::capacity, 0x1234);
   EXPECT_EQ(gloo_header::mismatch(header(op::barrier, 0, 0).data(), junk.data(), 1, 0),

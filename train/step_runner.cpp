@@ -255,6 +255,14 @@ bool step_runner::header_is_finite() const noexcept {
 std::span<const float> step_runner::reduce_header(const computed& c, std::size_t returned, collective& comm,
                                                   const collective_options& options, late_observer* observer,
                                                   device_progress& progress) {
+  comm.all_reduce_sum(header_, fill_header(c, returned, comm, options, observer, progress));
+  absorb_header(comm);
+  return header_;
+}
+
+collective_options step_runner::fill_header(const computed& c, std::size_t returned, const collective& comm,
+                                            const collective_options& options, late_observer* observer,
+                                            device_progress& progress) {
   const auto members = static_cast<std::size_t>(comm.size());
   const auto rank = static_cast<std::size_t>(comm.rank());
   header_.assign(h_members + 3 * members, 0.0f);
@@ -272,11 +280,14 @@ std::span<const float> step_runner::reduce_header(const computed& c, std::size_t
   const double allowed = std::max(late_floor_s_, late_factor_ * compute_times_.median());
   header_options.late_at = c.start + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(allowed));
   progress.mark(device_phase::collective, c.step);
-  comm.all_reduce_sum(header_, header_options);
+  return header_options;
+}
+
+void step_runner::absorb_header(const collective& comm) {
+  const auto members = static_cast<std::size_t>(comm.size());
   for (std::size_t r = 0; r < members; ++r)
     if (header_[h_members + 2 * members + r] == 0.0f && header_[h_members + members + r] > 0.0f)
       compute_times_.push(header_[h_members + r]);
-  return header_;
 }
 
 std::span<const float> step_runner::synchronize(const computed& c, std::size_t returned, replica& model,
@@ -291,6 +302,8 @@ std::span<const float> step_runner::synchronize(const computed& c, std::size_t r
   if (!faults_.empty() && find_fault(fault_kind::nan, c.step + 1)) poison_gradients(c, model);
   nonfinite_local_ = count_nonfinite_gradients(c, model);
   applied_ = true;
+  if (c.sliced && !keeps_leaves() && comm.size() > 1 && (comm.gathers_gradients() || gather_gradients_))
+    return synchronize_in_one_call(c, model, comm, options, observer, progress);
   if (c.sliced) {
     // See Note [Summation tree]: the nodes this member holds go into the
     // tree's reduce-scatter; its chunk of the root lands in `grads`.
@@ -336,6 +349,29 @@ std::span<const float> step_runner::synchronize(const computed& c, std::size_t r
     parts = {&whole_, 1};
   }
   return update(model, comm, options, lr_, parts, c.step, progress);
+}
+
+// See Note [One call a step]: what the sliced branch of synchronize() does
+// where every member gathers the reduced gradients, the header, the tree and
+// the gather in one call; the whole reduced fragment lands in `grads`.
+std::span<const float> step_runner::synchronize_in_one_call(const computed& c, replica& model, collective& comm,
+                                                            const collective_options& options,
+                                                            late_observer* observer, device_progress& progress) {
+  const std::span<float> grads = model.gradients();
+  const collective_options header_options = fill_header(c, 0, comm, options, observer, progress);
+  const auto f = static_cast<std::size_t>(c.step % fragments_);
+  const auto [fb, fe] = fragment_range(grads.size(), static_cast<std::size_t>(fragments_), f);
+  fragment_ = {fb, fe, 0};
+  parts_.clear();
+  for (const auto& [node, buffer] : builder_.held()) parts_.push_back({node, buffers_[buffer].subspan(fb, fe - fb)});
+  const bool proceeded = comm.all_reduce_tree(tree_->slices(), parts_, grads.subspan(fb, fe - fb), header_,
+                                              [this](std::span<const float>) { return header_is_finite(); },
+                                              header_options, options);
+  absorb_header(comm);
+  if (!proceeded) return skip(model);
+  // See Note [Delayed rounds]: the run's last round applies the held one too.
+  if (c.work != nullptr && c.work->flushes(c.step)) model.flush_next_update();
+  return update(model, comm, options, lr_, {&fragment_, 1}, c.step, progress, /*reduced_whole=*/true);
 }
 
 // See Note [Int8 pseudo-gradients]. Every worker's block maxima reach every

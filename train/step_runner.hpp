@@ -193,6 +193,17 @@ class step_runner {
   std::span<const float> reduce_header(const computed& c, std::size_t returned, collective& comm,
                                        const collective_options& options, late_observer* observer,
                                        device_progress& progress);
+  // The header's parts of reduce_header(): this member's values into
+  // header_ and the options of the wait for it; then what the reduced
+  // header tells (the members' compute times).
+  collective_options fill_header(const computed& c, std::size_t returned, const collective& comm,
+                                 const collective_options& options, late_observer* observer,
+                                 device_progress& progress);
+  void absorb_header(const collective& comm);
+  // See Note [One call a step].
+  std::span<const float> synchronize_in_one_call(const computed& c, replica& model, collective& comm,
+                                                 const collective_options& options, late_observer* observer,
+                                                 device_progress& progress);
   void poison_gradients(const computed& c, replica& model);
   // NaN and infinite values in the gradient sums this member holds.
   std::int64_t count_nonfinite_gradients(const computed& c, replica& model);

@@ -134,18 +134,30 @@ class gloo_endpoint final : public collective {
     extras_[0] = header.size();
     for (std::size_t i = 0; i < header.size(); ++i) extras_[1 + i] = std::bit_cast<std::uint32_t>(header[i]);
     bool proceeded = false;
-    call(op::all_reduce_tree, out.size(), slices, extras_, header_options, [&](clock_type::time_point deadline) {
-      sum_headers(header);
-      if (!proceed(header)) return;
-      proceeded = true;
-      if (whole_parts_are_cheaper(parts.size(), 1 + header.size())) {
-        whole_tree_sum(slices, parts, out, deadline, 1 + header.size());
-        return;
-      }
-      tree_sum(slices, parts, out, deadline, 1 + header.size());
-      const std::span<float> whole[] = {out};
-      gather(whole, deadline);
-    });
+    bool early_parts = false;
+    const std::size_t first_node = 1 + header.size();
+    call(
+        op::all_reduce_tree, out.size(), slices, extras_, header_options,
+        [&] { early_parts = send_part_early(parts, out.size()); },
+        [&](clock_type::time_point deadline) {
+          const std::size_t verified = verified_size_;
+          verified_size_ = std::max(verified_size_, out.size());  // the headers agreed on it
+          if (early_parts) finish(ops_, deadline);
+          sum_headers(header);
+          if (!proceed(header)) return;
+          proceeded = true;
+          if (early_parts && out.size() <= verified && whole_parts_are_cheaper(parts.size(), first_node)) {
+            whole_tree_from_early_part(slices, parts, out, first_node);
+            return;
+          }
+          if (whole_parts_are_cheaper(parts.size(), first_node)) {
+            whole_tree_sum(slices, parts, out, deadline, first_node);
+            return;
+          }
+          tree_sum(slices, parts, out, deadline, first_node);
+          const std::span<float> whole[] = {out};
+          gather(whole, deadline);
+        });
     return proceeded;
   }
 
@@ -170,6 +182,12 @@ class gloo_endpoint final : public collective {
   template <class Payload>
   void call(op o, std::uint64_t size, std::uint64_t root, std::span<const std::uint64_t> extras,
             const collective_options& options, Payload payload) {
+    call(o, size, root, extras, options, [] {}, payload);
+  }
+  // The same, `early` run once connected, before the headers move.
+  template <class Early, class Payload>
+  void call(op o, std::uint64_t size, std::uint64_t root, std::span<const std::uint64_t> extras,
+            const collective_options& options, Early early, Payload payload) {
     if (group_->aborted) fail(collective_errc::aborted, std::string(gloo_header::op_name(o)) + ": aborted");
     const auto deadline = clock_type::now() + options.timeout;
     if (extras.size() > gloo_header::max_extras)
@@ -184,6 +202,7 @@ class gloo_endpoint final : public collective {
     const sigpipe_guard no_sigpipe;
     try {
       if (!connection_.started()) connect();
+      early();
       exchange_headers(o, size, root, extras, options, deadline);
       payload(deadline);
     } catch (const collective_error&) {
@@ -527,6 +546,61 @@ class gloo_endpoint final : public collective {
     return gloo_header::extra_count(h) - first_node <= 1;
   }
 
+  // Note [Parts sent with the header]
+  // Between two ranks over TCP, all_reduce_tree's part leaves with the call's
+  // header, not a round trip after it: each rank posts one receive for the
+  // peer's part and sends one message, its part or a one-float placeholder.
+  // A receive smaller than the message would stop Gloo's event loop (the
+  // reason every call's header goes first), so a part is sent early only if
+  // no longer than the largest size the two ranks' headers have agreed on
+  // before (verified_size_, the same on both), and the receive takes at
+  // least that: whatever a peer sends early fits, even a peer that called
+  // with another size, which the headers then name. The first call, and a
+  // call larger than any before, send the placeholder; so does a rank
+  // holding several parts. The whole tree is evaluated from the early parts
+  // where both ranks sent theirs (or hold none); otherwise the call goes on
+  // as without them, the early bytes unused.
+  bool send_part_early(std::span<const tree_part> parts, std::size_t size) {
+    const int peer = 1 - rank_;
+    if (group_->size != 2 || shares_memory(peer)) return false;
+    early_in_.resize(std::max({size, verified_size_, std::size_t{1}}));
+    post_recv(ops_, early_in_.data(), early_in_.size(), peer, tree_slot);
+    const bool part = parts.size() == 1 && size >= 1 && size <= verified_size_;
+    if (part) post_send(ops_, parts[0].data.data(), size, peer, tree_slot);
+    else post_send(ops_, &placeholder_, 1, peer, tree_slot);
+    return true;
+  }
+
+  // The whole tree from this rank's part and the peer's early one (See Note
+  // [Parts sent with the header]); whole_parts_are_cheaper() holds.
+  void whole_tree_from_early_part(std::size_t slices, std::span<const tree_part> parts, std::span<float> out,
+                                  std::size_t first_node) {
+    const int peer = 1 - rank_;
+    const std::uint64_t* h = header_in_storage_.data() + static_cast<std::size_t>(peer) * gloo_header::capacity;
+    nodes_.clear();
+    part_data_.clear();
+    const auto add_own = [&] {
+      for (const tree_part& p : parts) {
+        nodes_.push_back(p.node);
+        part_data_.push_back(p.data.data());
+      }
+    };
+    const auto add_peer = [&] {
+      if (gloo_header::extra_count(h) > first_node) {
+        nodes_.push_back(static_cast<std::uint32_t>(gloo_header::extra(h, first_node)));
+        part_data_.push_back(early_in_.data());
+      }
+    };
+    if (rank_ == 0) {
+      add_own();
+      add_peer();
+    } else {
+      add_peer();
+      add_own();
+    }
+    evaluate(summation_tree(slices), 0, out.size(), out.data());
+  }
+
   // all_reduce_tree's payload where whole_parts_are_cheaper: every part
   // whole to every peer, and the tree over all of `out` here; the bytes of
   // tree_sum's chunks, as the plan is evaluated element by element.
@@ -641,6 +715,11 @@ class gloo_endpoint final : public collective {
   std::vector<std::uint64_t> extras_;
   std::vector<float> staging_;
   std::vector<float> header_floats_;  // all_reduce_tree's: peer k's step header at k * its length
+  // See Note [Parts sent with the header]: the largest size both ranks'
+  // all_reduce_tree headers agreed on, the peer's early part, the placeholder.
+  std::size_t verified_size_ = 0;
+  std::vector<float> early_in_;
+  float placeholder_ = 0.0f;
   std::vector<const float*> parts_;
   std::vector<std::uint16_t> staging_bf16_;  // reduce_scatter_tree_bf16's
   std::vector<float> widened_;

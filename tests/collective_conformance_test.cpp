@@ -432,6 +432,57 @@ TEST_P(AllReduceTree, ConsecutiveStepsStayInStep) {
   }
 }
 
+// See Note [Parts sent with the header] (gloo, two ranks over TCP): calls
+// that grow, shrink, skip and finally disagree on one group; every result is
+// the one-device tree, and the disagreement fails cleanly on every rank.
+TEST_P(AllReduceTree, SizesThatGrowShrinkOrDisagreeKeepTheBytesAndFailCleanly) {
+  REQUIRE_RANKS(2);
+  const std::vector<std::size_t> sizes = {100, 100, 300, 50, 50, 300, 7};
+  std::vector<std::vector<float>> want;
+  std::vector<std::vector<std::vector<float>>> values;
+  const summation_tree tree(2);
+  for (std::size_t k = 0; k < sizes.size(); ++k) {
+    values.push_back(testing::slice_values(2, sizes[k], 40 + k));
+    want.push_back(testing::one_device_sum(tree, values.back(), sizes[k]));
+  }
+  // The disagreement below the largest size agreed (300), where parts go
+  // early, and above it, where a part sent early would not fit.
+  for (const auto& [size0, size1] : {std::pair<std::size_t, std::size_t>{80, 90}, {400, 350}}) {
+    const std::string where = "then " + std::to_string(size0) + " against " + std::to_string(size1) + " floats";
+    std::vector<int> codes(2, -1);
+    std::vector<std::string> wrong(2);
+    run_ranks(backend().make(2), [&](int r, collective& c) {
+      for (std::size_t k = 0; k < sizes.size(); ++k) {
+        auto mine = testing::contribute(tree, values[k], {static_cast<std::size_t>(r)});
+        std::vector<tree_part> parts;
+        for (auto& [node, v] : mine) parts.push_back({node, v});
+        std::vector<float> out(sizes[k], -1.0f), header(11, 1.0f);
+        c.all_reduce_tree(2, parts, out, header, [&](std::span<const float>) { return k != 4; },
+                          collective_options{20s}, collective_options{20s});
+        if (k == 4) continue;
+        if (std::memcmp(out.data(), want[k].data(), sizes[k] * sizeof(float)) != 0 && wrong[static_cast<std::size_t>(r)].empty())
+          wrong[static_cast<std::size_t>(r)] = "call " + std::to_string(k) + " of " + std::to_string(sizes[k]) + " floats";
+      }
+      if (!backend().detects_mismatch) return;
+      std::vector<float> v(r == 0 ? size0 : size1, 1.0f), out(v.size()), header(11, 1.0f);
+      const tree_part part{tree.leaf(static_cast<std::size_t>(r)), v};
+      try {
+        c.all_reduce_tree(2, {&part, 1}, out, header, [](std::span<const float>) { return true; },
+                          collective_options{10s}, collective_options{10s});
+      } catch (const collective_error& e) {
+        codes[static_cast<std::size_t>(r)] = static_cast<int>(e.code());
+      }
+    });
+    for (int r = 0; r < 2; ++r) EXPECT_EQ(wrong[static_cast<std::size_t>(r)], "") << where << ": rank " << r;
+    if (!backend().detects_mismatch) return;
+    for (int r = 0; r < 2; ++r) EXPECT_NE(codes[static_cast<std::size_t>(r)], -1) << where << ": rank " << r << " did not fail";
+    if (backend().names_mismatch)
+      EXPECT_TRUE(codes[0] == static_cast<int>(collective_errc::mismatch) ||
+                  codes[1] == static_cast<int>(collective_errc::mismatch))
+          << where;
+  }
+}
+
 TEST_P(Barrier, HoldsUntilEveryRankArrives) {
   REQUIRE_RANKS(3);
   std::atomic<bool> last_arrived{false};

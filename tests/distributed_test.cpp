@@ -97,6 +97,15 @@ TEST(Distributed, TorchReplicasInTwoProcessesTrainTheBytesOfOneProcessWithTwo) {
   expect_two_processes_train_one_process_bytes(job, cnn_config, {});
 }
 
+// Over Gloo's TCP (no shared memory between the two processes): the step
+// is one call, its parts sent with the header from the second step on (Note
+// [One call a step], Note [Parts sent with the header]); the bytes are one
+// process's with two replicas.
+TEST(Distributed, OverTcpTwoProcessesTrainTheBytesOfOneProcessWithTwo) {
+  cluster job;
+  expect_two_processes_train_one_process_bytes(job, mlp_config, {"--set", "cluster.shared_memory=false"});
+}
+
 // every_step with its gradients in bf16 (Note [Bf16 steps]) across
 // processes: the leaves travel over Gloo in two bytes a value, and the
 // bytes are one process's with as many replicas.

@@ -217,8 +217,7 @@ void form_generation(reducer_ptr self, std::int32_t state_source) {
   st.rescue_state.reset();
   st.current = phase::running;
 
-  std::string names;
-  for (const auto& n : e.members) names += (names.empty() ? "" : ", ") + n;
+  const std::string names = member_list(e.members);
   if (e.generation == 0) {
     engine_log()->info("generation 0: {} members ({})", e.members.size(), names);
   } else {

@@ -16,6 +16,20 @@ membership three() { return membership({{0, "cpu:0"}, {1, "cpu:1"}, {2, "cpu:2"}
 
 // ---- the state source ----
 
+TEST(MemberList, NamesEveryMemberOfASmallGenerationAndTheEndsOfALargeOne) {
+  std::vector<std::string> few = {"cpu:0", "cpu:1", "w1/cpu:0"};
+  EXPECT_EQ(member_list(few), "cpu:0, cpu:1, w1/cpu:0");
+  EXPECT_EQ(member_list({}), "");
+  std::vector<std::string> many;
+  for (int i = 0; i < 1000; ++i) many.push_back("sim:" + std::to_string(i));
+  EXPECT_EQ(member_list(many), "sim:0, sim:1, sim:2, sim:3, sim:4, sim:5, sim:6, sim:7, ... 988 more ..., sim:996, sim:997, "
+                               "sim:998, sim:999");
+  many.resize(16);
+  EXPECT_EQ(member_list(many).find("more"), std::string::npos) << "16 members are listed in full";
+  many.resize(17);
+  EXPECT_NE(member_list(many).find("... 5 more ..."), std::string::npos);
+}
+
 TEST(StateSource, IsTheMostAdvancedSurvivor) {
   const membership m = three();
   const state_source s = m.choose_state_source({{0, 9}, {1, 11}, {2, 10}}, 8, std::nullopt);

@@ -155,4 +155,18 @@ std::vector<std::size_t> membership::late_suspects(std::int64_t committed) const
   return suspects;
 }
 
+std::string member_list(std::span<const std::string> names, std::size_t listed_in_full) {
+  constexpr std::size_t head = 8, tail = 4;
+  std::string out;
+  const auto add = [&](const std::string& text) { out += (out.empty() ? "" : ", ") + text; };
+  if (names.size() <= std::max(listed_in_full, head + tail)) {
+    for (const auto& n : names) add(n);
+    return out;
+  }
+  for (std::size_t i = 0; i < head; ++i) add(names[i]);
+  add("... " + std::to_string(names.size() - head - tail) + " more ...");
+  for (std::size_t i = names.size() - tail; i < names.size(); ++i) add(names[i]);
+  return out;
+}
+
 }  // namespace dpactor

@@ -114,4 +114,11 @@ class membership {
   late_report late_;
 };
 
+// A generation's members for its log line: every name up to
+// `listed_in_full` members, else the first and last few around how many
+// are left out ("sim:0, sim:1, ... 992 more ..., sim:999"); the generation
+// event and GET /members carry the whole list. A thousand names made each
+// line some 10 KB, one a membership change.
+std::string member_list(std::span<const std::string> names, std::size_t listed_in_full = 16);
+
 }  // namespace dpactor

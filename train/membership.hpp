@@ -117,7 +117,7 @@ class membership {
 // A generation's members for its log line: every name up to
 // `listed_in_full` members, else the first and last few around how many
 // are left out ("sim:0, sim:1, ... 992 more ..., sim:999"); the generation
-// event and GET /members carry the whole list. A thousand names made each
+// event and GET /status carry the whole list. A thousand names made each
 // line some 10 KB, one a membership change.
 std::string member_list(std::span<const std::string> names, std::size_t listed_in_full = 16);
 

@@ -63,6 +63,15 @@ bool collective::all_reduce_tree(std::size_t slices, std::span<const tree_part> 
   return true;
 }
 
+bool collective::all_reduce_with_header(std::span<float> data, std::span<float> header,
+                                        const std::function<bool(std::span<const float>)>& proceed,
+                                        const collective_options& header_options, const collective_options& options) {
+  if (size() > 1) all_reduce_sum(header, header_options);
+  if (!proceed(header)) return false;
+  if (size() > 1) all_reduce_sum(data, options);
+  return true;
+}
+
 void collective::all_reduce_sum_int8(std::span<std::int8_t> data, const collective_options& options) {
   if (size() == 1) return;
   std::vector<float> wide(data.begin(), data.end());

@@ -138,6 +138,12 @@ class collective {
   virtual bool all_reduce_tree(std::size_t slices, std::span<const tree_part> parts, std::span<float> out,
                                std::span<float> header, const std::function<bool(std::span<const float>)>& proceed,
                                const collective_options& header_options, const collective_options& options);
+  // The same for a step that is not sliced (fast mode): after the header,
+  // `data` summed over the ranks in place, bitwise what all_reduce_sum
+  // gives. The default makes the two calls.
+  virtual bool all_reduce_with_header(std::span<float> data, std::span<float> header,
+                                      const std::function<bool(std::span<const float>)>& proceed,
+                                      const collective_options& header_options, const collective_options& options);
 
   // The int8 codec's exchange (See Note [Int8 pseudo-gradients],
   // train/int8_codec.hpp): every rank passes int8 values of the same length

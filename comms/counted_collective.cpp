@@ -90,6 +90,18 @@ bool counted_collective::all_reduce_tree(std::size_t slices, std::span<const tre
   return true;
 }
 
+bool counted_collective::all_reduce_with_header(std::span<float> data, std::span<float> header,
+                                                const std::function<bool(std::span<const float>)>& proceed,
+                                                const collective_options& header_options,
+                                                const collective_options& options) {
+  const bool proceeded = inner_->all_reduce_with_header(data, header, proceed, header_options, options);
+  counter_.add(scatter_bytes(header.size()) + gather_bytes(header.size()));
+  if (!proceeded) return false;
+  counter_.add(scatter_bytes(data.size()));
+  counter_.add(gather_bytes(data.size()));
+  return true;
+}
+
 void counted_collective::start_reduce_scatter(std::span<float> data, void* after) {
   inner_->start_reduce_scatter(data, after);
   counter_.add(scatter_bytes(data.size()));

@@ -56,6 +56,9 @@ class counted_collective final : public collective {
   bool all_reduce_tree(std::size_t slices, std::span<const tree_part> parts, std::span<float> out,
                        std::span<float> header, const std::function<bool(std::span<const float>)>& proceed,
                        const collective_options& header_options, const collective_options& options) override;
+  bool all_reduce_with_header(std::span<float> data, std::span<float> header,
+                              const std::function<bool(std::span<const float>)>& proceed,
+                              const collective_options& header_options, const collective_options& options) override;
   // One byte a value where the backend moves int8, else four (it widens).
   void all_reduce_sum_int8(std::span<std::int8_t> data, const collective_options& options) override;
   bool moves_int8() const noexcept override { return inner_->moves_int8(); }

@@ -24,9 +24,17 @@ using gloo_buffer = gloo::transport::UnboundBuffer;
 using gloo_header::op;
 
 // One tag per kind of message: a pair matches a slot's sends and receives in
-// the order they were posted, and every rank posts in the same order. (The
-// connection's probes use 0x6475, comms/gloo_connect.cpp.)
-enum slot : std::uint64_t { header_slot = 0x6470, scatter_slot, gather_slot, broadcast_slot, tree_slot };
+// the order they were posted, and every rank posts in the same order. The
+// connection's probes use 0x6475 (comms/gloo_connect.cpp): a message on it
+// would land in a probe's empty receive and stop Gloo's event loop.
+enum slot : std::uint64_t {
+  header_slot = 0x6470,
+  scatter_slot,
+  gather_slot,
+  broadcast_slot,
+  tree_slot,
+  early_slot = 0x6476,  // See Note [Parts sent with the header]
+};
 
 // The longest step header all_reduce_tree folds into its call header, with
 // its length word: a quarter of the extras, the rest for the tree nodes.
@@ -115,6 +123,43 @@ class gloo_endpoint final : public collective {
          [&](clock_type::time_point deadline) { tree_sum(slices, parts, out, deadline, 0); });
   }
 
+  // See Note [One call a step]: as all_reduce_tree, `data` summed in rank
+  // order (all_reduce_sum's bytes); between two ranks its whole buffer goes
+  // with the header (See Note [Parts sent with the header]) and each rank
+  // adds the two.
+  bool all_reduce_with_header(std::span<float> data, std::span<float> header,
+                              const std::function<bool(std::span<const float>)>& proceed,
+                              const collective_options& header_options, const collective_options& options) override {
+    // header_options' timeout, the same as options', bounds the whole call.
+    if (group_->size == 1 || header.size() + 1 > max_folded_header)
+      return collective::all_reduce_with_header(data, header, proceed, header_options, options);
+    fold_header(header, 0);
+    bool proceeded = false;
+    bool early = false;
+    call(
+        op::all_reduce_header, data.size(), 0, extras_, header_options,
+        [&] { early = send_early(data.data(), data.size()); },
+        [&](clock_type::time_point deadline) {
+          const std::size_t verified = verified_size_;
+          verified_size_ = std::max(verified_size_, data.size());  // the headers agreed on it
+          if (early) finish(ops_, deadline);
+          sum_headers(header);
+          if (!proceed(header)) return;
+          proceeded = true;
+          if (early && data.size() <= verified) {
+            const float* in_rank_order[] = {rank_ == 0 ? data.data() : early_in_.data(),
+                                            rank_ == 0 ? early_in_.data() : data.data()};
+            float* const sum[] = {data.data()};
+            sum_in_rank_order(in_rank_order, data.size(), sum);
+            return;
+          }
+          scatter(data, deadline);
+          const std::span<float> whole[] = {data};
+          gather(whole, deadline);
+        });
+    return proceeded;
+  }
+
   // See Note [One call a step]: the step header travels in the call's own
   // header, one float a word after its length, and every rank sums all of
   // them in rank order (sum_in_rank_order is element-wise, so the bytes are
@@ -128,11 +173,7 @@ class gloo_endpoint final : public collective {
     if (group_->size == 1 || header.size() + 1 > max_folded_header)
       return collective::all_reduce_tree(slices, parts, out, header, proceed, header_options, options);
     part_nodes(parts, out.size(), op::all_reduce_tree);
-    const std::size_t nodes = extras_.size();
-    extras_.resize(1 + header.size() + nodes);
-    std::copy_backward(extras_.begin(), extras_.begin() + static_cast<std::ptrdiff_t>(nodes), extras_.end());
-    extras_[0] = header.size();
-    for (std::size_t i = 0; i < header.size(); ++i) extras_[1 + i] = std::bit_cast<std::uint32_t>(header[i]);
+    fold_header(header, extras_.size());
     bool proceeded = false;
     bool early_parts = false;
     const std::size_t first_node = 1 + header.size();
@@ -162,6 +203,16 @@ class gloo_endpoint final : public collective {
   }
 
  private:
+  // Puts the step header's length and floats (one a word) in front of the
+  // `kept` extras already there (See Note [One call a step]).
+  void fold_header(std::span<const float> header, std::size_t kept) {
+    extras_.resize(kept);
+    extras_.resize(1 + header.size() + kept);
+    std::copy_backward(extras_.begin(), extras_.begin() + static_cast<std::ptrdiff_t>(kept), extras_.end());
+    extras_[0] = header.size();
+    for (std::size_t i = 0; i < header.size(); ++i) extras_[1 + i] = std::bit_cast<std::uint32_t>(header[i]);
+  }
+
   // The tree nodes of a reduce-scatter's parts, into extras_ (the header's);
   // a part of another length than the output is a mismatch.
   template <class Part>
@@ -560,14 +611,18 @@ class gloo_endpoint final : public collective {
   // holding several parts. The whole tree is evaluated from the early parts
   // where both ranks sent theirs (or hold none); otherwise the call goes on
   // as without them, the early bytes unused.
+  // all_reduce_with_header sends its whole buffer the same way.
   bool send_part_early(std::span<const tree_part> parts, std::size_t size) {
+    return send_early(parts.size() == 1 ? parts[0].data.data() : nullptr, size);
+  }
+  // Posts the receive and sends `data` (`size` floats) or the placeholder.
+  bool send_early(float* data, std::size_t size) {
     const int peer = 1 - rank_;
     if (group_->size != 2 || shares_memory(peer)) return false;
     early_in_.resize(std::max({size, verified_size_, std::size_t{1}}));
-    post_recv(ops_, early_in_.data(), early_in_.size(), peer, tree_slot);
-    const bool part = parts.size() == 1 && size >= 1 && size <= verified_size_;
-    if (part) post_send(ops_, parts[0].data.data(), size, peer, tree_slot);
-    else post_send(ops_, &placeholder_, 1, peer, tree_slot);
+    post_recv(ops_, early_in_.data(), early_in_.size(), peer, early_slot);
+    if (data != nullptr && size >= 1 && size <= verified_size_) post_send(ops_, data, size, peer, early_slot);
+    else post_send(ops_, &placeholder_, 1, peer, early_slot);
     return true;
   }
 

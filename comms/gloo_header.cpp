@@ -16,6 +16,7 @@ const char* op_name(std::uint64_t o) {
     case op::reduce_scatter_tree_bf16: return "reduce_scatter_tree_bf16";
     case op::all_gather_bf16: return "all_gather_bf16";
     case op::all_reduce_tree: return "all_reduce_tree";
+    case op::all_reduce_header: return "all_reduce_header";
   }
   return "unknown operation";
 }
@@ -32,7 +33,8 @@ std::size_t write(std::span<std::uint64_t> out, op o, std::uint64_t size, std::u
 }
 
 std::string mismatch(const std::uint64_t* mine, const std::uint64_t* theirs, int peer, int rank) {
-  const bool with_header = mine[1] == static_cast<std::uint64_t>(op::all_reduce_tree);
+  const bool with_header = mine[1] == static_cast<std::uint64_t>(op::all_reduce_tree) ||
+                           mine[1] == static_cast<std::uint64_t>(op::all_reduce_header);
   const bool per_rank_extras = with_header || mine[1] == static_cast<std::uint64_t>(op::reduce_scatter_tree) ||
                                mine[1] == static_cast<std::uint64_t>(op::reduce_scatter_tree_bf16);
   // The tree's root count sits in `root`; its extras are each rank's own,
@@ -56,7 +58,8 @@ std::string describe(const std::uint64_t* h) {
                          ? " bf16 values"
                          : " floats";
   std::string s = std::string(op_name(h[1])) + " with " + std::to_string(h[2]) + unit + " (root " + std::to_string(h[3]) + ")";
-  if (h[1] == static_cast<std::uint64_t>(op::all_reduce_tree) && extra_count(h) >= 1)
+  if ((h[1] == static_cast<std::uint64_t>(op::all_reduce_tree) || h[1] == static_cast<std::uint64_t>(op::all_reduce_header)) &&
+      extra_count(h) >= 1)
     s += ", a step header of " + std::to_string(extra(h, 0)) + " floats";
   if (h[1] == static_cast<std::uint64_t>(op::all_gather)) {
     s += ", buffer sizes";

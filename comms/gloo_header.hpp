@@ -29,6 +29,7 @@ enum class op : std::uint64_t {
   reduce_scatter_tree_bf16,
   all_gather_bf16,
   all_reduce_tree,  // extras: the step header's length, its floats (one a word), then the tree nodes
+  all_reduce_header,  // extras: the step header's length and its floats
 };
 
 // "all_reduce", ..., or "unknown operation".

@@ -133,6 +133,7 @@ ON_EVERY_BACKEND(ReduceScatter);
 ON_EVERY_BACKEND(AllGather);
 ON_EVERY_BACKEND(ReduceScatterTree);
 ON_EVERY_BACKEND(AllReduceTree);
+ON_EVERY_BACKEND(AllReduceWithHeader);
 ON_EVERY_BACKEND(Barrier);
 ON_EVERY_BACKEND(Mismatch);
 ON_EVERY_BACKEND(Abort);
@@ -420,6 +421,7 @@ TEST_P(AllReduceTree, ConsecutiveStepsStayInStep) {
       std::vector<tree_part> parts;
       for (auto& [node, v] : mine) parts.push_back({node, v});
       std::vector<float> header(11, static_cast<float>(step));
+      if (step == 5 && r == 1) std::this_thread::sleep_for(30ms);  // the other rank's wait looks up the connection
       // Every third step is skipped, as a non-finite one is.
       c.all_reduce_tree(2, parts, got[static_cast<std::size_t>(r)], header,
                         [&](std::span<const float>) { return step % 3 != 0; }, {}, {});
@@ -480,6 +482,74 @@ TEST_P(AllReduceTree, SizesThatGrowShrinkOrDisagreeKeepTheBytesAndFailCleanly) {
       EXPECT_TRUE(codes[0] == static_cast<int>(collective_errc::mismatch) ||
                   codes[1] == static_cast<int>(collective_errc::mismatch))
           << where;
+  }
+}
+
+// Fast mode's one call a step (Note [One call a step]): the header, then
+// the data, each summed as all_reduce_sum sums it; nothing of the data
+// changes where the step does not proceed. On one group, calls that grow,
+// shrink and finally disagree (two ranks over TCP send the data with the
+// header once a size is agreed: Note [Parts sent with the header]).
+TEST_P(AllReduceWithHeader, SumsTheHeaderAndTheDataAsAllReduceSumDoes) {
+  REQUIRE_RANKS(1);
+  const std::vector<std::size_t> sizes = {1037, 1037, 70001, 500, 500, 70001};
+  for (int ranks = 1; ranks <= ranks_up_to(4); ++ranks) {
+    const auto rs = static_cast<std::size_t>(ranks);
+    // Inputs and the reference: all_reduce_sum of the same buffers.
+    std::vector<buffers> in(sizes.size(), buffers(rs)), want(sizes.size(), buffers(rs));
+    buffers header_in(rs, std::vector<float>(5 + 3 * rs)), header_want;
+    for (std::size_t k = 0; k < sizes.size(); ++k)
+      for (std::size_t r = 0; r < rs; ++r) {
+        in[k][r].resize(sizes[k]);
+        for (std::size_t i = 0; i < sizes[k]; ++i) in[k][r][i] = 0.1f * static_cast<float>((i * 7 + r * 13 + k) % 101) - 3.3f;
+      }
+    for (std::size_t r = 0; r < rs; ++r)
+      for (std::size_t i = 0; i < header_in[r].size(); ++i) header_in[r][i] = 0.37f * static_cast<float>(i + 1) + 0.11f * static_cast<float>(r);
+    header_want = header_in;
+    want = in;
+    run_ranks(backend().make(ranks), [&](int r, collective& c) {
+      const auto ru = static_cast<std::size_t>(r);
+      c.all_reduce_sum(header_want[ru], {});
+      for (std::size_t k = 0; k < sizes.size(); ++k) c.all_reduce_sum(want[k][ru], {});
+    });
+    std::vector<std::string> wrong(rs);
+    std::vector<int> failed(rs, -1);
+    run_ranks(backend().make(ranks), [&](int r, collective& c) {
+      const auto ru = static_cast<std::size_t>(r);
+      const auto note = [&](const std::string& what) {
+        if (wrong[ru].empty()) wrong[ru] = what;
+      };
+      for (std::size_t k = 0; k < sizes.size(); ++k) {
+        std::vector<float> data = in[k][ru], header = header_in[ru];
+        const bool go = k != 4;
+        // A late rank: the others' waits look up the connection meanwhile
+        // (Note [Gloo waits look up every health_slice]) while the data sent
+        // with the header is under way.
+        if (k == 1 && r == ranks - 1) std::this_thread::sleep_for(30ms);
+        const bool proceeded = c.all_reduce_with_header(data, header, [&](std::span<const float>) { return go; },
+                                                        collective_options{20s}, collective_options{20s});
+        if (proceeded != go) note("call " + std::to_string(k) + " proceeded " + std::to_string(proceeded));
+        if (std::memcmp(header.data(), header_want[ru].data(), header.size() * sizeof(float)) != 0 && backend().rank_order_sums)
+          note("call " + std::to_string(k) + ": the header is not all_reduce_sum's");
+        const auto& expect = go ? want[k][ru] : in[k][ru];
+        if (backend().rank_order_sums && std::memcmp(data.data(), expect.data(), data.size() * sizeof(float)) != 0)
+          note("call " + std::to_string(k) + " of " + std::to_string(sizes[k]) + " floats: the data is not " +
+               (go ? "all_reduce_sum's" : "left as it was"));
+      }
+      if (ranks != 2 || !backend().detects_mismatch) return;
+      // The ranks disagree, rank 1 above the largest size agreed.
+      std::vector<float> data(r == 0 ? 600 : 80000, 1.0f), header = header_in[ru];
+      try {
+        c.all_reduce_with_header(data, header, [](std::span<const float>) { return true; }, collective_options{10s},
+                                 collective_options{10s});
+      } catch (const collective_error& e) {
+        failed[ru] = static_cast<int>(e.code());
+      }
+    });
+    for (std::size_t r = 0; r < rs; ++r) EXPECT_EQ(wrong[r], "") << ranks << " ranks, rank " << r;
+    if (ranks == 2 && backend().detects_mismatch)
+      for (std::size_t r = 0; r < rs; ++r) EXPECT_NE(failed[r], -1) << "rank " << r << " did not fail on the disagreement";
+    if (HasFailure()) return;
   }
 }
 

@@ -106,6 +106,23 @@ TEST(Distributed, OverTcpTwoProcessesTrainTheBytesOfOneProcessWithTwo) {
   expect_two_processes_train_one_process_bytes(job, mlp_config, {"--set", "cluster.shared_memory=false"});
 }
 
+// Fast mode over Gloo's TCP: the header and the gradients' all-reduce in one
+// call, the gradients sent with the header from the second step on; every
+// member applies the same sum, so the replicas stay equal
+// (train.verify_replicas, on in these tests, ends the run otherwise).
+TEST(Distributed, FastModeOverTcpKeepsTheReplicasOfTwoProcessesEqual) {
+  cluster job;
+  ASSERT_TRUE(job.start_coordinator({"--cpus", "1", "--wait-devices", "2", "--epochs", "1", "--set", "train.max_steps=60",
+                                     "--set", "train.eval_every=0", "--set", "train.reproducible=false", "--set",
+                                     "cluster.shared_memory=false", "--set", "cluster.blas_threads=1"}));
+  auto worker = job.start_worker("w1", 1);
+  const auto w = worker->wait(120s);
+  const auto c = job.coordinator().wait(120s);
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  ASSERT_EQ(w.exit_code, 0) << w.output;
+  EXPECT_NE(c.output.find("generation 0: 2 members (cpu:0, w1/cpu:0)"), std::string::npos) << c.output;
+}
+
 // every_step with its gradients in bf16 (Note [Bf16 steps]) across
 // processes: the leaves travel over Gloo in two bytes a value, and the
 // bytes are one process's with as many replicas.

@@ -342,6 +342,15 @@ std::span<const float> step_runner::synchronize(const computed& c, std::size_t r
     reduce_header(c, returned, comm, options, observer, progress);
     if (!header_is_finite()) return skip(model);
     parts = buckets(model);
+  } else if (comm.size() > 1 && (comm.gathers_gradients() || gather_gradients_)) {
+    // See Note [One call a step]: the header and the gradients' all-reduce
+    // (what the reduce-scatter and the gather below make) in one call.
+    const collective_options header_options = fill_header(c, returned, comm, options, observer, progress);
+    const bool proceeded = comm.all_reduce_with_header(
+        grads, header_, [this](std::span<const float>) { return header_is_finite(); }, header_options, options);
+    absorb_header(comm);
+    if (!proceeded) return skip(model);
+    return update(model, comm, options, lr_, {&whole_, 1}, c.step, progress, /*reduced_whole=*/true);
   } else {
     reduce_header(c, returned, comm, options, observer, progress);
     if (!header_is_finite()) return skip(model);

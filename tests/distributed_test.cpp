@@ -109,10 +109,12 @@ TEST(Distributed, OverTcpTwoProcessesTrainTheBytesOfOneProcessWithTwo) {
 // Fast mode over Gloo's TCP: the header and the gradients' all-reduce in one
 // call, the gradients sent with the header from the second step on; every
 // member applies the same sum, so the replicas stay equal
-// (train.verify_replicas, on in these tests, ends the run otherwise).
+// (train.verify_replicas, on in these tests, ends the run otherwise). A
+// thousand steps: long enough for waits that look up the connection while
+// the peer's next message is under way (mutant 122).
 TEST(Distributed, FastModeOverTcpKeepsTheReplicasOfTwoProcessesEqual) {
   cluster job;
-  ASSERT_TRUE(job.start_coordinator({"--cpus", "1", "--wait-devices", "2", "--epochs", "1", "--set", "train.max_steps=60",
+  ASSERT_TRUE(job.start_coordinator({"--cpus", "1", "--wait-devices", "2", "--epochs", "3", "--set", "train.max_steps=1000",
                                      "--set", "train.eval_every=0", "--set", "train.reproducible=false", "--set",
                                      "cluster.shared_memory=false", "--set", "cluster.blas_threads=1"}));
   auto worker = job.start_worker("w1", 1);

@@ -134,7 +134,8 @@ class collective {
   // without it nothing of `out` changes. `header_options` (its observer and
   // late_at: who has not arrived) govern the wait for the header,
   // `options` the rest. Returns whether it proceeded. The default makes the
-  // three calls.
+  // three calls. all_reduce_with_header is the same for fast mode's steps,
+  // which are not sliced.
   virtual bool all_reduce_tree(std::size_t slices, std::span<const tree_part> parts, std::span<float> out,
                                std::span<float> header, const std::function<bool(std::span<const float>)>& proceed,
                                const collective_options& header_options, const collective_options& options);

@@ -551,9 +551,7 @@ class gloo_endpoint final : public collective {
     }
     // Every rank's nodes in rank order; the others' chunks are staged, each
     // peer's parts one after another.
-    std::size_t foreign = 0;
-    for (int k = 0; k < n; ++k)
-      if (k != rank_) foreign += static_cast<std::size_t>(gloo_header::extra_count(header_in_storage_.data() + static_cast<std::size_t>(k) * gloo_header::capacity)) - first_node;
+    const std::size_t foreign = foreign_parts(first_node);
     staging_.resize(foreign * len);
     std::size_t next = 0;
     for (int k = 0; k < n; ++k) {
@@ -666,9 +664,7 @@ class gloo_endpoint final : public collective {
     const std::size_t size = out.size();
     nodes_.clear();
     part_data_.clear();
-    std::size_t foreign = 0;
-    for (int k = 0; k < n; ++k)
-      if (k != rank_) foreign += static_cast<std::size_t>(gloo_header::extra_count(header_in_storage_.data() + static_cast<std::size_t>(k) * gloo_header::capacity)) - first_node;
+    const std::size_t foreign = foreign_parts(first_node);
     staging_.resize(foreign * size);
     // Receives first: a send that finds its receive posted goes out from
     // this thread at once, not later from Gloo's event loop.
@@ -704,9 +700,7 @@ class gloo_endpoint final : public collective {
     const auto [first, last] = chunk(out.size(), rank_);  // a group of one: all of it
     const std::size_t len = last - first;
     nodes_.clear();
-    std::size_t foreign = 0;
-    for (int k = 0; k < n; ++k)
-      if (k != rank_) foreign += static_cast<std::size_t>(gloo_header::extra_count(header_in_storage_.data() + static_cast<std::size_t>(k) * gloo_header::capacity));
+    const std::size_t foreign = foreign_parts(0);
     staging_bf16_.resize(foreign * len);
     // Every rank's nodes in rank order; the others' chunks arrive staged.
     std::vector<std::pair<const std::uint16_t*, bool>> sources;  // (chunk, own part)
@@ -745,6 +739,16 @@ class gloo_endpoint final : public collective {
       part_data_.push_back(to);
     }
     evaluate(tree, 0, len, out.data() + first);
+  }
+
+  // The tree parts the peers' headers announce, their nodes from extra
+  // `first_node` on.
+  std::size_t foreign_parts(std::size_t first_node) const {
+    std::size_t parts = 0;
+    for (int k = 0; k < group_->size; ++k)
+      if (k != rank_)
+        parts += static_cast<std::size_t>(gloo_header::extra_count(header_in_storage_.data() + static_cast<std::size_t>(k) * gloo_header::capacity)) - first_node;
+    return parts;
   }
 
   // Plans the tree over nodes_ and evaluates [begin, end) of part_data_'s

@@ -9,6 +9,7 @@
 #include <dpactor/error.hpp>
 #if DPACTOR_HAS_CUDA
 #include "comms/nccl.hpp"
+#include "comms/same_device.hpp"
 #include "cuda/cuda_replica.hpp"
 #include "cuda/resources.hpp"
 #endif
@@ -69,12 +70,24 @@ std::shared_ptr<collective_group> make_group([[maybe_unused]] const job_config& 
   if (!config.cluster.gpus.empty()) {
     std::vector<int> devices;
     for (const int id : ids) devices.push_back(config.cluster.gpus.at(static_cast<std::size_t>(id)));
+    // NCCL refuses two ranks on one GPU: replicas sharing one go through it
+    // directly (validate_job_config allows sharing only by every replica).
+    if (devices.size() > 1 && std::all_of(devices.begin(), devices.end(), [&](int d) { return d == devices[0]; }))
+      return make_same_device_group(static_cast<int>(devices.size()), devices[0]);
     return make_nccl_group(std::move(devices));
   }
 #endif
   local_group_options options;
   options.oversubscribed = ids.size() > std::max(1u, std::thread::hardware_concurrency());
   return make_local_group(static_cast<int>(ids.size()), options);
+}
+
+void check_gpus_across_processes(const std::vector<int>& gpus, const std::string& who) {
+  for (std::size_t i = 0; i < gpus.size(); ++i)
+    if (std::count(gpus.begin(), gpus.begin() + static_cast<std::ptrdiff_t>(i), gpus[i]) > 0)
+      throw config_error(who + " lists GPU " + std::to_string(gpus[i]) +
+                         " twice: across processes every GPU rank is NCCL's, and NCCL refuses two ranks on one GPU "
+                         "(replicas share a GPU in one process only, --gpus 0,0 without --coordinator or --join)");
 }
 
 group_maker in_process_groups(const job_config& config,

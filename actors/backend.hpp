@@ -48,8 +48,13 @@ std::unique_ptr<replica> make_replica(const job_config& config, const replica_sh
 torch_model_options torch_options(const job_config& config, const replica_shape& shape);
 
 // A generation's collective group for the members with these device ids:
-// NCCL on GPUs, the in-process `local` backend on CPU replicas.
+// NCCL on GPUs (same_device for replicas that share one GPU), the
+// in-process `local` backend on CPU replicas.
 std::shared_ptr<collective_group> make_group(const job_config& config, const std::vector<int>& ids);
+
+// Across processes every GPU rank is NCCL's, and NCCL refuses two ranks on
+// one GPU: throws config_error naming `who` when `gpus` lists one twice.
+void check_gpus_across_processes(const std::vector<int>& gpus, const std::string& who);
 
 // How the reducer gets the group of each generation, for its members'
 // device ids: the ticket its members get (See group_ticket).

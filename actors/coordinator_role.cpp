@@ -102,6 +102,7 @@ coordinator_role::coordinator_role(caf::actor_system& system, const coordinator_
   st.address = options.host;
   st.shared_memory = config.cluster.shared_memory;
   st.rendezvous_timeout = rendezvous_timeout(config);
+  check_gpus_across_processes(config.cluster.gpus, "--coordinator with cluster.gpus");
   st.gpus = config.cluster.gpus;
   const int local_devices = plan.replicas;
   auto book = st.book;

@@ -198,12 +198,6 @@ struct Engine::impl {
 
 Engine::Engine(job_config config, run_options options) : impl_(std::make_unique<impl>()) {
   validate_job_config(config);
-  if (config.train.reproducible && !config.cluster.gpus.empty()) {
-    // See docs/reproducibility.md: the CUDA replica computes no slices yet.
-    engine_log()->warn("train.reproducible: not available on GPUs in this version; this run is not reproducible "
-                 "(set train.reproducible = false to silence this)");
-    config.train.reproducible = false;
-  }
   warn_once_about_blas_kernels();
   impl_->config = std::move(config);
   impl_->options = std::move(options);

@@ -219,6 +219,7 @@ worker_result serve(caf::actor_system& system, const worker_options& options, bo
     throw config_error("the job trains on GPUs (the coordinator's cluster.gpus) and this worker has none it can use (" +
                        options.gpu_note + "); join from a machine with GPUs, or run the job on CPU replicas");
   config.cluster.gpus = gpu_job ? options.gpus : std::vector<int>{};
+  check_gpus_across_processes(config.cluster.gpus, "--join with --gpus");
   const int replicas = gpu_job                   ? static_cast<int>(config.cluster.gpus.size())
                        : config.cluster.cpus > 0 ? static_cast<int>(config.cluster.cpus)
                                                  : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));

@@ -6,7 +6,11 @@
 //               # one replica alone steps (resident data, update in place);
 //               # then the same with streamed data, and through the step
 //               # runner over NCCL with one rank (gradient buckets started
-//               # during backward), which have no PyTorch counterpart
+//               # during backward), which have no PyTorch counterpart; and
+//               # the default job's step (batch 128 and 1024 in micro-batches
+//               # of 64) through the runner in fast and reproducible mode
+//               # (slices and the summation tree: See Note [The tree on a
+//               # device]), side by side
 
 #include <algorithm>
 #include <chrono>
@@ -27,18 +31,23 @@ namespace {
 
 // How a step is driven: the replica's own calls, as a member alone does
 // them, or the step runner over a collective (NCCL, one rank).
-enum class driver { replica_alone, nccl_runner };
+enum class driver { replica_alone, nccl_runner, nccl_reproducible };
 
 double time_steps(cuda_replica& model, const dataset& data, std::size_t batch, int steps, driver how,
                   step_runner& runner, collective_group* group, collective* comm) {
   step_shard shard{0, 0, std::vector<std::uint32_t>(batch)};
+  if (how == driver::nccl_reproducible) {  // one member owns every slice
+    shard.slice_rows = static_cast<std::uint32_t>(model.max_rows());
+    shard.last_slice = static_cast<std::uint32_t>(shard.slices());
+  }
   rng gen(1);
   device_control control;
   const auto start = std::chrono::steady_clock::now();
   for (int s = 0; s < steps; ++s) {
     for (auto& r : shard.indices) r = static_cast<std::uint32_t>(gen.below(data.rows));
-    if (how == driver::nccl_runner) {
-      const auto c = runner.compute(shard, model, data, control, *group, comm);
+    if (how == driver::nccl_runner || how == driver::nccl_reproducible) {
+      const auto c = how == driver::nccl_runner ? runner.compute(shard, model, data, control, *group, comm)
+                                                : runner.compute_slices(shard, model, data, control, *group);
       runner.synchronize(c, 0, model, *comm, {}, nullptr, lr_schedule{});
       ++shard.step;
       continue;
@@ -51,8 +60,10 @@ double time_steps(cuda_replica& model, const dataset& data, std::size_t batch, i
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / steps;
 }
 
+// `micro`: rows per pass (0: the whole batch in one).
 void bench_mlp(const std::string& name, const mlp_spec& spec, std::size_t batch,
-               cuda_data_placement data_placement = cuda_data_placement::resident, driver how = driver::replica_alone) {
+               cuda_data_placement data_placement = cuda_data_placement::resident, driver how = driver::replica_alone,
+               std::size_t micro = 0) {
   synthetic_options o;
   o.rows = std::max<std::size_t>(batch * 4, 16384);
   o.features = static_cast<std::size_t>(spec.inputs());
@@ -60,13 +71,13 @@ void bench_mlp(const std::string& name, const mlp_spec& spec, std::size_t batch,
   const dataset data = make_synthetic(o);
   cuda_replica_options options;
   options.data = data_placement;
-  cuda_replica model(spec, optimizer_config{}, batch, options);
+  cuda_replica model(spec, optimizer_config{}, micro > 0 ? micro : batch, options);
   std::vector<float> state(model.layout().total_size(), 0.0f);
   init_mlp_parameters(spec, std::span<float>(state).first(model.layout().parameter_size), 1);
   model.import_state(state);
   std::shared_ptr<collective_group> group;
   std::unique_ptr<collective> comm;
-  if (how == driver::nccl_runner) {
+  if (how != driver::replica_alone) {
     group = make_nccl_group({0});
     comm = group->endpoint(0);
   }
@@ -123,5 +134,10 @@ int main() {
   bench_mlp("wide_4x4096_streamed", wide, 4096, cuda_data_placement::streamed);
   bench_mlp("mlp_784_256_128_10_nccl_runner", mlp, 256, cuda_data_placement::resident, driver::nccl_runner);
   bench_mlp("wide_4x4096_nccl_runner", wide, 4096, cuda_data_placement::resident, driver::nccl_runner);
+  // Issue 32: what reproducible mode costs against the fast mode.
+  for (const std::size_t batch : {std::size_t{128}, std::size_t{1024}}) {
+    bench_mlp("default_job_fast", mlp, batch, cuda_data_placement::resident, driver::nccl_runner, 64);
+    bench_mlp("default_job_reproducible", mlp, batch, cuda_data_placement::resident, driver::nccl_reproducible, 64);
+  }
   return 0;
 }

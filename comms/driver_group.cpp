@@ -1,6 +1,7 @@
 #include "comms/driver_group.hpp"
 
 #include "comms/rank_order.hpp"
+#include "comms/summation_tree.hpp"
 
 #include <chrono>
 #include <thread>
@@ -66,6 +67,54 @@ class driver_endpoint final : public collective {
   }
   void barrier(const collective_options& options) override {
     run("barrier", options, [&] { driver_->all_reduce_sum(&token_, 1); });
+  }
+
+  // See Note [The tree on a device]: who holds which node goes round in one
+  // small all-reduce of host memory; then the driver moves the parts and
+  // evaluates the whole root where they live, so every rank holds all of
+  // it (its chunk included, as the contract asks).
+  void reduce_scatter_tree(std::size_t slices, std::span<const tree_part> parts, std::span<float> out,
+                           const collective_options& options) override {
+    const summation_tree tree(slices);
+    const std::size_t bound = tree.node_bound();
+    // [0, bound): the holder's rank + 1; [bound, 2 bound): how many hold it.
+    holders_.assign(2 * bound, 0.0f);
+    for (const tree_part& p : parts) {
+      if (p.node >= bound || p.data.size() != out.size()) {
+        group_->abort_all();  // the others would wait for this rank's parts
+        throw collective_error(collective_errc::mismatch,
+                               what("reduce_scatter_tree", "a part does not fit the tree or the output"));
+      }
+      holders_[p.node] = static_cast<float>(rank_ + 1);
+      holders_[bound + p.node] += 1.0f;
+    }
+    run("reduce_scatter_tree", options, [&] { driver_->all_reduce_sum(holders_.data(), holders_.size()); });
+    nodes_.clear();
+    roots_.clear();
+    own_.clear();
+    for (std::uint32_t n = 0; n < bound; ++n) {
+      const float holders = holders_[bound + n];
+      if (holders == 0.0f) continue;
+      if (holders != 1.0f)  // every rank sees the same table: all of them stop here
+        throw collective_error(collective_errc::mismatch,
+                               what("reduce_scatter_tree", "node " + std::to_string(n) + " is held by " +
+                                                               std::to_string(static_cast<int>(holders)) + " ranks"));
+      const int from = static_cast<int>(holders_[n]) - 1;
+      nodes_.push_back(n);
+      roots_.push_back(from);
+      float* mine = nullptr;
+      if (from == rank_)
+        for (const tree_part& p : parts)
+          if (p.node == n) mine = p.data.data();
+      own_.push_back(mine);
+    }
+    try {
+      plan_.build(tree, nodes_);
+    } catch (const std::invalid_argument& e) {
+      throw collective_error(collective_errc::mismatch, what("reduce_scatter_tree", e.what()));
+    }
+    run("reduce_scatter_tree", options,
+        [&] { driver_->reduce_tree(roots_, own_, plan_.steps(), out.data(), out.size()); });
   }
 
  private:
@@ -134,6 +183,12 @@ class driver_endpoint final : public collective {
   std::unique_ptr<collective_driver> driver_;
   std::vector<std::pair<std::size_t, std::size_t>> chunks_;
   float token_ = 0.0f;
+  // reduce_scatter_tree's, kept with their capacity.
+  std::vector<float> holders_;
+  std::vector<std::uint32_t> nodes_;
+  std::vector<int> roots_;
+  std::vector<float*> own_;
+  tree_plan plan_;
 };
 
 class driver_group final : public collective_group {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "comms/collective.hpp"
+#include "comms/tree_program.hpp"
 
 namespace dpactor {
 
@@ -36,6 +37,14 @@ class collective_driver {
   // every rank.
   virtual void all_gather_chunks(std::span<const std::span<float>> buffers,
                                  std::span<const std::pair<std::size_t, std::size_t>> chunks) = 0;
+  // See Note [The tree on a device]: the reproducible step's tree over the
+  // memory the driver moves (device memory for NCCL). Part i of `steps`'
+  // numbering is held by rank roots[i], where own[i] points to it (null on
+  // the other ranks, and where n is 0); every rank receives the parts it
+  // does not hold and evaluates `steps` over all n elements into `out`,
+  // which may be one of its own parts.
+  virtual void reduce_tree(std::span<const int> roots, std::span<float* const> own, std::span<const tree_step> steps,
+                           float* out, std::size_t n) = 0;
   // Whether the communicator's set-up and everything enqueued have finished;
   // `failed` with `error` set on an asynchronous error.
   virtual state poll(std::string& error) = 0;

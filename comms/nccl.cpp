@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -14,6 +15,8 @@
 #include "comms/driver_group.hpp"
 #include "comms/nccl_rendezvous.hpp"
 #include "cuda/check.hpp"
+#include "cuda/kernels.hpp"
+#include "cuda/resources.hpp"
 #include <dpactor/error.hpp>
 
 namespace dpactor {
@@ -108,6 +111,52 @@ class nccl_driver final : public collective_driver {
       NCCL_CHECK(ncclGroupEnd());
       settle();
     }
+    record_done();
+  }
+
+  // See Note [The tree on a device]: the parts this rank does not hold are
+  // broadcast into scratch memory, in one group, and the whole root is
+  // evaluated on this rank's stream. Own parts are replica memory its
+  // stream has finished (replica::gradients(), add_gradients()).
+  void reduce_tree(std::span<const int> roots, std::span<float* const> own, std::span<const tree_step> steps,
+                   float* out, std::size_t n) override {
+    std::lock_guard lock(mutex_);
+    device_scope on_device(device_);
+    ready();
+    staged_ = nullptr;
+    if (n == 0) {  // every rank's n: nothing to move
+      record_done();
+      return;
+    }
+    const std::size_t parts = roots.size();
+    const std::size_t foreign = static_cast<std::size_t>(std::count(own.begin(), own.end(), nullptr));
+    if (tree_scratch_.size() < foreign * n) tree_scratch_ = device_buffer<float>(foreign * n);
+    // The table the kernel reads: the parts' pointers, then the steps.
+    const std::size_t table_bytes = parts * sizeof(float*) + steps.size() * sizeof(tree_step);
+    if (tree_table_host_.size() < table_bytes) {
+      tree_table_host_ = pinned_buffer<unsigned char>(table_bytes);
+      tree_table_ = device_buffer<unsigned char>(table_bytes);
+    }
+    auto* pointers = reinterpret_cast<float**>(tree_table_host_.data());
+    NCCL_CHECK(ncclGroupStart());
+    bool ended = false;
+    struct group_end {
+      bool& ended;
+      ~group_end() {
+        if (!ended) ncclGroupEnd();
+      }
+    } end_group{ended};
+    for (std::size_t i = 0, f = 0; i < parts; ++i) {
+      pointers[i] = own[i] != nullptr ? own[i] : tree_scratch_.data() + f++ * n;
+      NCCL_CHECK(ncclBroadcast(pointers[i], pointers[i], n, ncclFloat, roots[i], comm_, stream_));
+    }
+    ended = true;
+    NCCL_CHECK(ncclGroupEnd());
+    settle();
+    std::memcpy(tree_table_host_.data() + parts * sizeof(float*), steps.data(), steps.size() * sizeof(tree_step));
+    CUDA_CHECK(cudaMemcpyAsync(tree_table_.data(), tree_table_host_.data(), table_bytes, cudaMemcpyHostToDevice, stream_));
+    cuda::run_tree_program(reinterpret_cast<const tree_step*>(tree_table_.data() + parts * sizeof(float*)),
+                           steps.size(), reinterpret_cast<const float* const*>(tree_table_.data()), n, out, stream_);
     record_done();
   }
 
@@ -232,6 +281,9 @@ class nccl_driver final : public collective_driver {
   }
 
   void release() noexcept {
+    tree_scratch_ = {};
+    tree_table_host_ = {};
+    tree_table_ = {};
     if (device_scratch_ != nullptr) cudaFree(device_scratch_);
     if (host_scratch_ != nullptr) cudaFreeHost(host_scratch_);
     if (done_ != nullptr) cudaEventDestroy(done_);
@@ -273,6 +325,12 @@ class nccl_driver final : public collective_driver {
   float* device_scratch_ = nullptr;
   float* host_scratch_ = nullptr;
   std::size_t scratch_size_ = 0;
+  // reduce_tree's: the parts received, and the kernel's table (pinned, then
+  // on the device). A call's table is read before the next call starts:
+  // the endpoint waits for each call to finish.
+  device_buffer<float> tree_scratch_;
+  pinned_buffer<unsigned char> tree_table_host_;
+  device_buffer<unsigned char> tree_table_;
 };
 
 ncclUniqueId new_unique_id() {

@@ -6,21 +6,15 @@
 #include <stdexcept>
 #include <string>
 
-#include "tensors/simd.hpp"
 
 namespace dpactor {
 namespace {
 
 // Elements evaluated per block: a block of every register stays in L1/L2.
 constexpr std::size_t block = 512;
-// Registers a plan may use: the tree's depth + 1; 2^40 slices is beyond any step.
-constexpr std::size_t max_registers = 41;
+constexpr std::size_t max_registers = tree_max_registers;
 
 }  // namespace
-
-DPACTOR_MULTIVERSION void add_into(float* a, const float* b, std::size_t n) noexcept {
-  for (std::size_t i = 0; i < n; ++i) a[i] += b[i];
-}
 
 summation_tree::summation_tree(std::size_t slices) : slices_(std::max<std::size_t>(1, slices)), leaves_(1) {
   while (leaves_ < slices_) leaves_ *= 2;
@@ -93,17 +87,17 @@ void tree_plan::plan(const summation_tree& tree, std::span<const std::uint32_t> 
   if (reg + 1u >= max_registers) throw std::invalid_argument("summation tree: too deep");
   registers_ = std::max<std::uint8_t>(registers_, static_cast<std::uint8_t>(reg + 1));
   if (const auto p = part_of(node); p >= 0) {
-    steps_.push_back({op::load, reg, static_cast<std::uint32_t>(p)});
+    steps_.push_back({tree_step::load, reg, static_cast<std::uint32_t>(p)});
     return;
   }
   const std::uint32_t left = 2 * node, right = 2 * node + 1;
   plan(tree, parts, left, reg);
   if (!tree.present(right)) return;  // the node is its left half
   if (const auto p = part_of(right); p >= 0) {
-    steps_.push_back({op::add_part, reg, static_cast<std::uint32_t>(p)});
+    steps_.push_back({tree_step::add_part, reg, static_cast<std::uint32_t>(p)});
   } else {
     plan(tree, parts, right, static_cast<std::uint8_t>(reg + 1));
-    steps_.push_back({op::add_register, reg, static_cast<std::uint32_t>(reg + 1)});
+    steps_.push_back({tree_step::add_register, reg, static_cast<std::uint32_t>(reg + 1)});
   }
 }
 
@@ -116,20 +110,21 @@ void tree_plan::run(const float* const* data, std::size_t begin, std::size_t end
   std::array<std::array<float, block>, max_registers> regs;
   for (std::size_t b = begin; b < end; b += block) {
     const std::size_t len = std::min(block, end - b);
-    for (const step& s : steps_) {
+    for (const tree_step& s : steps_) {
       float* dst = regs[s.reg].data();
       switch (s.kind) {
-        case op::load: std::memcpy(dst, data[s.src] + b, len * sizeof(float)); break;
-        case op::add_part: add_into(dst, data[s.src] + b, len); break;
-        case op::add_register: add_into(dst, regs[s.src].data(), len); break;
+        case tree_step::load: std::memcpy(dst, data[s.src] + b, len * sizeof(float)); break;
+        case tree_step::add_part: add_into(dst, data[s.src] + b, len); break;
+        case tree_step::add_register: add_into(dst, regs[s.src].data(), len); break;
       }
     }
     std::memcpy(out + b, regs[0].data(), len * sizeof(float));
   }
 }
 
-void tree_builder::reset(const summation_tree& tree) {
+void tree_builder::reset(const summation_tree& tree, adder add) {
   tree_ = &tree;
+  add_ = std::move(add);
   held_.clear();
 }
 
@@ -148,7 +143,8 @@ void tree_builder::add_leaf(std::size_t slice, std::size_t buffer, std::span<con
     const std::size_t other = it->second;
     const bool left = (node & 1u) == 0;
     const std::size_t keep = left ? buffer : other, drop = left ? other : buffer;
-    add_into(buffers[keep].data(), buffers[drop].data(), buffers[keep].size());
+    if (add_) add_(buffers[keep], buffers[drop]);
+    else add_into(buffers[keep].data(), buffers[drop].data(), buffers[keep].size());
     freed.push_back(drop);
     held_.erase(it);
     buffer = keep;

@@ -24,9 +24,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <utility>
 #include <vector>
+
+#include "comms/tree_program.hpp"
+#include "tensors/vector_add.hpp"  // add_into: the one addition the tree does
 
 namespace dpactor {
 
@@ -70,17 +74,14 @@ class tree_plan {
   // has one pointer per part, in the order of build()'s parts. `out` may be
   // one of the parts: each block is read completely before it is written.
   void run(const float* const* data, std::size_t begin, std::size_t end, float* out) const;
+  // The plan as a program, for a processor that runs it element by element
+  // (See Note [The tree on a device]).
+  std::span<const tree_step> steps() const noexcept { return steps_; }
 
  private:
-  enum class op : std::uint8_t { load, add_part, add_register };
-  struct step {
-    op kind;
-    std::uint8_t reg;   // destination register (= recursion depth)
-    std::uint32_t src;  // part index, or source register
-  };
   void plan(const summation_tree& tree, std::span<const std::uint32_t> parts, std::uint32_t node, std::uint8_t reg);
 
-  std::vector<step> steps_;
+  std::vector<tree_step> steps_;
   std::vector<std::uint32_t> covered_;  // per slice, how many parts hold it (build's check)
   std::uint8_t registers_ = 1;
 };
@@ -90,8 +91,13 @@ class tree_plan {
 // compute for the same nodes. Buffers are the caller's, named by index.
 class tree_builder {
  public:
+  // How the halves of a node are added: a[i] += b[i] over whole buffers.
+  // Empty: add_into, on host memory. A replica whose buffers live elsewhere
+  // (a GPU's) adds them there (replica::add_gradients).
+  using adder = std::function<void(std::span<float> a, std::span<const float> b)>;
+
   // Starts a step over `tree`: no node is held.
-  void reset(const summation_tree& tree);
+  void reset(const summation_tree& tree, adder add = {});
   // Slice `slice`'s gradients are in buffer `buffer`. Combines it with every
   // complete sibling it now has (left + right, into the left's buffer) and
   // returns the buffers it freed.
@@ -103,10 +109,8 @@ class tree_builder {
 
  private:
   const summation_tree* tree_ = nullptr;
+  adder add_;
   std::vector<std::pair<std::uint32_t, std::size_t>> held_;  // (node, buffer)
 };
-
-// a[i] += b[i]: the one addition the tree does (multi-versioned for the CPU).
-void add_into(float* a, const float* b, std::size_t n) noexcept;
 
 }  // namespace dpactor

@@ -1,5 +1,7 @@
 #include "config/job_config.hpp"
 
+#include <algorithm>
+
 #include <dpactor/error.hpp>
 
 namespace dpactor {
@@ -90,11 +92,17 @@ void validate_job_config(const job_config& c) {
   if (c.data.format == data_format::idx &&
       (c.data.train_images.empty() || c.data.train_labels.empty() || c.data.test_images.empty() || c.data.test_labels.empty()))
     throw config_error(where + "data.format = \"idx\" needs data.train_images, data.train_labels, data.test_images and data.test_labels");
-  for (std::size_t i = 0; i < c.cluster.gpus.size(); ++i)
+  // Replicas share a GPU only all of them on one (the same_device backend);
+  // NCCL, which joins the others, refuses two ranks on one GPU.
+  const bool one_shared_gpu =
+      c.cluster.gpus.size() > 1 &&
+      std::all_of(c.cluster.gpus.begin(), c.cluster.gpus.end(), [&](int g) { return g == c.cluster.gpus[0]; });
+  for (std::size_t i = 0; i < c.cluster.gpus.size() && !one_shared_gpu; ++i)
     for (std::size_t j = 0; j < i; ++j)
       if (c.cluster.gpus[i] == c.cluster.gpus[j])
         throw config_error(where + "cluster.gpus lists GPU " + std::to_string(c.cluster.gpus[i]) +
-                           " twice: NCCL refuses two ranks on one GPU");
+                           " twice among other GPUs: replicas share a GPU only when all of them are on it "
+                           "(--gpus 0,0); NCCL refuses two ranks on one GPU");
   if (c.train.reproducible && c.cluster.blas_threads > 1)
     throw config_error(where + "cluster.blas_threads = " + std::to_string(c.cluster.blas_threads) +
                        " with train.reproducible = true: a reproducible run uses one BLAS thread per replica, so "

@@ -9,7 +9,7 @@
 // (and cuBLASLt's) static initialisation: half a second on a 2-core machine,
 // with no GPU in sight, in `dpactor --help`, in every test program and in a
 // service that never trains on a GPU. cuBLAS is opened with dlopen at the
-// first cublas_handle instead, and its six functions looked up by name; a
+// first cublas_handle instead, and its seven functions looked up by name; a
 // machine without it fails there, naming the library, not at start-up.
 // DPACTOR_CUBLAS_DIR, the toolkit's library folder at build time, is tried
 // after the loader's own search (the program's RUNPATH, LD_LIBRARY_PATH).
@@ -25,6 +25,7 @@ struct cublas_api {
   decltype(&cublasDestroy) destroy = nullptr;
   decltype(&cublasSetStream) set_stream = nullptr;
   decltype(&cublasSetMathMode) set_math_mode = nullptr;
+  decltype(&cublasSetAtomicsMode) set_atomics_mode = nullptr;
   decltype(&cublasSgemm) sgemm = nullptr;
   decltype(&cublasGetStatusString) status_string = nullptr;
 };
@@ -56,6 +57,7 @@ cublas_api load_cublas() {
   look_up(library, api.destroy, DPACTOR_NAME_OF(cublasDestroy));
   look_up(library, api.set_stream, DPACTOR_NAME_OF(cublasSetStream));
   look_up(library, api.set_math_mode, DPACTOR_NAME_OF(cublasSetMathMode));
+  look_up(library, api.set_atomics_mode, DPACTOR_NAME_OF(cublasSetAtomicsMode));
   look_up(library, api.sgemm, DPACTOR_NAME_OF(cublasSgemm));
   look_up(library, api.status_string, DPACTOR_NAME_OF(cublasGetStatusString));
   return api;
@@ -81,6 +83,10 @@ cublas_handle::cublas_handle(cudaStream_t stream, bool tf32) {
   CUBLAS_CHECK(cublas().create(&handle_));
   CUBLAS_CHECK(cublas().set_stream(handle_, stream));
   CUBLAS_CHECK(cublas().set_math_mode(handle_, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH));
+  // Reproducible mode's GEMMs (docs/reproducibility.md, "On GPUs"): one
+  // handle per replica on its own stream, and no routine that sums with
+  // atomics (cuBLAS's default, said here so that no later default changes it).
+  CUBLAS_CHECK(cublas().set_atomics_mode(handle_, CUBLAS_ATOMICS_NOT_ALLOWED));
 }
 
 cublas_handle::~cublas_handle() {

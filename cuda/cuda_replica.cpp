@@ -223,13 +223,7 @@ std::span<float> cuda_replica::gradients() {
 }
 
 std::int64_t cuda_replica::count_nonfinite_gradients() {
-  const std::span<float> grads = gradients();  // written, and the stream synchronized
-  CUDA_CHECK(cudaMemsetAsync(nonfinite_.data(), 0, sizeof(unsigned long long), stream_.get()));
-  cuda::count_nonfinite(grads.data(), grads.size(), nonfinite_.data(), stream_.get());
-  CUDA_CHECK(cudaMemcpyAsync(&host_small_.data()->nonfinite, nonfinite_.data(), sizeof(unsigned long long),
-                             cudaMemcpyDeviceToHost, stream_.get()));
-  sync(stream_.get());
-  return static_cast<std::int64_t>(host_small_.data()->nonfinite);
+  return count_nonfinite_in(gradients());  // written, and the stream synchronized
 }
 
 const float* cuda_replica::begin_pass(const batch_ref& rows, std::size_t& n) {
@@ -246,25 +240,77 @@ batch_stats cuda_replica::accumulate(const batch_ref& rows, gradient_listener* l
   std::size_t n = 0;
   const float* out = begin_pass(rows, n);
   if (n == 0) return {};
+  backward(n, out, grads_.data(), !grads_written_, listener);
+  grads_written_ = true;
+  samples_ += static_cast<double>(n);
+  return read_stats(n);
+}
+
+// A slice's gradients stand alone: written, never added to. Rows of no slice
+// (an empty one) leave zeros. read_stats() waits for the stream, so the
+// buffer is complete on return.
+batch_stats cuda_replica::accumulate_slice(const batch_ref& rows, std::span<float> grads) {
+  if (grads.size() != layout_.parameter_size)
+    throw std::invalid_argument("cuda_replica: a slice's gradient buffer of " + std::to_string(grads.size()) +
+                                " floats, the parameters have " + std::to_string(layout_.parameter_size));
+  device_guard guard(options_.device);
+  const input_release release{*this};
+  std::size_t n = 0;
+  const float* out = begin_pass(rows, n);
+  if (n == 0) {
+    CUDA_CHECK(cudaMemsetAsync(grads.data(), 0, grads.size_bytes(), stream_.get()));
+    sync(stream_.get());
+    return {};
+  }
+  backward(n, out, grads.data(), /*overwrite=*/true, nullptr);
+  if (grads.data() == grads_.data()) grads_written_ = true;
+  return read_stats(n);
+}
+
+// Kept for the run: a step's tree holds at most about log2(slices) of them.
+std::span<float> cuda_replica::scratch_gradients(std::size_t i) {
+  device_guard guard(options_.device);
+  while (scratch_.size() <= i) scratch_.emplace_back(layout_.parameter_size);
+  return scratch_[i].span();
+}
+
+void cuda_replica::add_gradients(std::span<float> into, std::span<const float> from) {
+  if (into.size() != from.size()) throw std::invalid_argument("add_gradients: buffers of different sizes");
+  device_guard guard(options_.device);
+  cuda::add_into(into.data(), from.data(), into.size(), stream_.get());
+  sync(stream_.get());  // the collective reads the buffers on its own stream
+}
+
+std::int64_t cuda_replica::count_nonfinite_in(std::span<const float> values) {
+  device_guard guard(options_.device);
+  CUDA_CHECK(cudaMemsetAsync(nonfinite_.data(), 0, sizeof(unsigned long long), stream_.get()));
+  cuda::count_nonfinite(values.data(), values.size(), nonfinite_.data(), stream_.get());
+  CUDA_CHECK(cudaMemcpyAsync(&host_small_.data()->nonfinite, nonfinite_.data(), sizeof(unsigned long long),
+                             cudaMemcpyDeviceToHost, stream_.get()));
+  sync(stream_.get());
+  return static_cast<std::int64_t>(host_small_.data()->nonfinite);
+}
+
+void cuda_replica::backward(std::size_t n, const float* out, float* grads, bool overwrite, gradient_listener* listener) {
   const auto classes = static_cast<std::size_t>(spec_.outputs());
   float* d = grad_a_.data();
   float* d_next = grad_b_.data();
   cuda::loss(spec_.loss, n, classes, out, labels_, d, loss_sum_.data(), correct_.data(), stream_.get());
-  const bool overwrite = !grads_written_;
   const float beta = overwrite ? 0.0f : 1.0f;
+  const std::span<float> all(grads, layout_.parameter_size);
   for (std::size_t l = spec_.layers(); l-- > 0;) {
     const int fan_in = spec_.sizes[l], fan_out = spec_.sizes[l + 1];
     const activation act = layer_activation(spec_, l);
     const float* saved = activation_backward_needs_input(act) ? inputs_[l].data() : outputs_[l].data();
-    float* bias_grad = grads_.data() + params_.tensors()[2 * l + 1].offset;
+    float* bias_grad = grads + params_.tensors()[2 * l + 1].offset;
     cuda::bias_activation_backward(act, n, static_cast<std::size_t>(fan_out), saved, d, bias_grad, overwrite, stream_.get());
     const float* in = l == 0 ? input_ : outputs_[l - 1].data();
     // (out, n) x (n, in) -> (out, in): dW = dZ^T X
     gemm(blas_, true, false, fan_out, fan_in, static_cast<int>(n), 1.0f, d, fan_out, in, fan_in, beta,
-         grads_.data() + params_.tensors()[2 * l].offset, fan_in);
+         grads + params_.tensors()[2 * l].offset, fan_in);
     // The layer's gradients are enqueued: its bucket may start reducing on
     // the communication stream while the layers below compute.
-    if (listener != nullptr) listener->on_gradients_ready(grads_.span(), 2 * l);
+    if (listener != nullptr) listener->on_gradients_ready(all, 2 * l);
     if (l > 0) {
       // (n, out) x (out, in) -> (n, in)
       gemm(blas_, false, false, static_cast<int>(n), fan_in, fan_out, 1.0f, d, fan_out,
@@ -272,9 +318,6 @@ batch_stats cuda_replica::accumulate(const batch_ref& rows, gradient_listener* l
       std::swap(d, d_next);
     }
   }
-  grads_written_ = true;
-  samples_ += static_cast<double>(n);
-  return read_stats(n);
 }
 
 batch_stats cuda_replica::evaluate(const batch_ref& rows) {

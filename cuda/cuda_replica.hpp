@@ -44,6 +44,14 @@ class cuda_replica final : public replica {
   using replica::accumulate;
   batch_stats accumulate(const batch_ref& rows, gradient_listener* listener) override;
   batch_stats evaluate(const batch_ref& rows) override;
+  // Reproducible mode (See Note [Summation tree] and Note [The tree on a
+  // device]): a slice's gradients written into a device buffer, the tree's
+  // additions on this replica's stream, each buffer complete on return.
+  batch_stats accumulate_slice(const batch_ref& rows, std::span<float> grads) override;
+  std::span<float> scratch_gradients(std::size_t i) override;
+  bool computes_slices() const noexcept override { return true; }
+  void add_gradients(std::span<float> into, std::span<const float> from) override;
+  std::int64_t count_nonfinite_in(std::span<const float> values) override;
   void prefetch(const batch_ref& rows) override;
   double samples() const override { return samples_; }
   std::span<float> gradients() override;
@@ -104,6 +112,9 @@ class cuda_replica final : public replica {
       }
     }
   };
+  // Backward from the loss of the current pass into `grads` (added to what
+  // is there, or written over it when `overwrite`).
+  void backward(std::size_t n, const float* out, float* grads, bool overwrite, gradient_listener* listener);
   // Forward pass; returns the output block (n, classes).
   const float* forward(std::size_t n);
   // Gathers the rows, clears the loss counters and runs the forward pass;
@@ -136,6 +147,7 @@ class cuda_replica final : public replica {
   device_buffer<float> states_[2];  // current and pending: See Note [Pending state]
   int current_ = 0;
   device_buffer<float> grads_;
+  std::vector<device_buffer<float>> scratch_;  // See scratch_gradients()
   std::vector<std::span<float>> sections_[2];
   std::vector<device_buffer<float>> outputs_, inputs_;
   device_buffer<float> grad_a_, grad_b_, x_;

@@ -180,6 +180,31 @@ void count_nonfinite(const float* values, std::size_t n, unsigned long long* cou
   CUDA_CHECK(cudaGetLastError());
 }
 
+__global__ void add_into_kernel(float* a, const float* b, std::size_t n) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i < n) a[i] = a[i] + b[i];
+}
+
+void add_into(float* a, const float* b, std::size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  add_into_kernel<<<blocks_for(n), block, 0, stream>>>(a, b, n);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+// See Note [The tree on a device]: one thread an element, the host's function.
+__global__ void tree_program_kernel(const tree_step* steps, std::size_t count, const float* const* parts, std::size_t n,
+                                    float* out) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] = evaluate_tree_element(steps, count, parts, i);
+}
+
+void run_tree_program(const tree_step* steps, std::size_t count, const float* const* parts, std::size_t n, float* out,
+                      cudaStream_t stream) {
+  if (n == 0) return;
+  tree_program_kernel<<<blocks_for(n), block, 0, stream>>>(steps, count, parts, n, out);
+  CUDA_CHECK(cudaGetLastError());
+}
+
 void optimizer_step(const optimizer_config& cfg, const optimizer_buffers& b, std::size_t n, float grad_scale, double lr,
                     std::int64_t step, cudaStream_t stream) {
   if (n == 0) return;

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "comms/tree_program.hpp"
 #include "tensors/activation.hpp"
 #include "tensors/loss.hpp"
 #include "tensors/optimizer.hpp"
@@ -36,6 +37,16 @@ void loss(loss_kind kind, std::size_t rows, std::size_t classes, const float* ou
 
 // Adds the number of NaN and infinite values among values[0, n) to count[0].
 void count_nonfinite(const float* values, std::size_t n, unsigned long long* count, cudaStream_t stream);
+
+// a[i] += b[i] for i in [0, n): the summation tree's one addition, as on
+// the host (See Note [Summation tree]).
+void add_into(float* a, const float* b, std::size_t n, cudaStream_t stream);
+
+// out[i] = the tree's value at element i for i in [0, n) (See Note [The tree
+// on a device]); `steps` (count of them), `parts` and the parts themselves
+// in device memory. `out` may be one of the parts.
+void run_tree_program(const tree_step* steps, std::size_t count, const float* const* parts, std::size_t n, float* out,
+                      cudaStream_t stream);
 
 // One launch per optimizer step over n elements (torch.optim formulas; see
 // tensors/optimizer.hpp), from (params_in, slots_in) to (params_out,

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "tensors/vector_add.hpp"
+
 namespace dpactor {
 
 state_layout make_state_layout(const mlp_spec& spec, const optimizer_config& opt) {
@@ -40,6 +42,11 @@ void write_step_counter(std::span<float> state, const state_layout& layout, std:
 
 batch_stats replica::accumulate_slice(const batch_ref&, std::span<float>) {
   throw std::logic_error("this replica does not compute slices (train.reproducible)");
+}
+
+void replica::add_gradients(std::span<float> into, std::span<const float> from) {
+  if (into.size() != from.size()) throw std::invalid_argument("add_gradients: buffers of different sizes");
+  add_into(into.data(), from.data(), into.size());
 }
 
 std::span<float> replica::scratch_gradients(std::size_t) {

@@ -141,6 +141,14 @@ class replica {
   virtual std::span<float> scratch_gradients(std::size_t i);
   // Whether the replica computes slices (the two calls above).
   virtual bool computes_slices() const noexcept { return false; }
+  // a[i] += b[i] over two of those buffers, where they live: the tree's one
+  // addition (tree_builder). Host memory by default; a GPU replica adds on
+  // its device, and its buffers are complete on return, as gradients()'
+  // (See Note [The tree on a device]).
+  virtual void add_gradients(std::span<float> into, std::span<const float> from);
+  // NaN and infinite values among one of those buffers (the step's guard,
+  // over the tree nodes a member holds). Host memory by default.
+  virtual std::int64_t count_nonfinite_in(std::span<const float> values) { return count_nonfinite(values); }
 
   // The gradient sums, laid out like the parameters (layout().parameter_size
   // floats): what the collective reduces. Complete on return (a GPU replica

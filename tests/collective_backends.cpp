@@ -94,6 +94,7 @@ collective_backend nccl_backend() {
   b.detects_mismatch = false;
   b.names_mismatch = false;
   b.host_all_gather = false;
+  b.host_tree = false;
   return b;
 }
 

@@ -73,6 +73,9 @@ struct collective_backend {
   bool names_mismatch = true;
   // all_gather takes host memory (NCCL's takes device memory only).
   bool host_all_gather = true;
+  // The reproducible step's tree takes host memory (NCCL's moves device
+  // memory: See Note [The tree on a device]).
+  bool host_tree = true;
   // The calls ManyConsecutiveCalls makes (local ones cost microseconds).
   int consecutive_calls = 300;
 };

@@ -295,6 +295,8 @@ void expect_tree_of_one_device(const collective_backend& backend, std::size_t sl
 
 // Ranks that hold nodes of different levels, and ranks that hold none.
 TEST_P(ReduceScatterTree, GivesTheBytesOfOneDeviceForEveryLayout) {
+  if (!backend().host_tree)
+    GTEST_SKIP() << backend().name << " moves the tree's parts in device memory only (tests/gpu_test runs it on the GPU)";
   struct layout {
     std::size_t slices;
     std::vector<std::vector<std::size_t>> owned;  // per rank, its slices
@@ -316,6 +318,8 @@ TEST_P(ReduceScatterTree, GivesTheBytesOfOneDeviceForEveryLayout) {
 }
 
 TEST_P(ReduceScatterTree, AnyOwnershipGivesTheBytesOfOneDevice) {
+  if (!backend().host_tree)
+    GTEST_SKIP() << backend().name << " moves the tree's parts in device memory only (tests/gpu_test runs it on the GPU)";
   REQUIRE_RANKS(1);
   std::mt19937_64 gen(21);
   for (int round = 0; round < 40; ++round) {
@@ -337,6 +341,8 @@ TEST_P(ReduceScatterTree, AnyOwnershipGivesTheBytesOfOneDevice) {
 // backend sends whole parts between two ranks then) and where ranks hold
 // several or none.
 TEST_P(AllReduceTree, GivesEveryRankTheHeaderSumAndTheWholeTreeOfOneDevice) {
+  if (!backend().host_tree)
+    GTEST_SKIP() << backend().name << " moves the tree's parts in device memory only (tests/gpu_test runs it on the GPU)";
   REQUIRE_RANKS(1);
   struct layout {
     std::size_t slices;
@@ -408,6 +414,8 @@ TEST_P(AllReduceTree, GivesEveryRankTheHeaderSumAndTheWholeTreeOfOneDevice) {
 }
 
 TEST_P(AllReduceTree, ConsecutiveStepsStayInStep) {
+  if (!backend().host_tree)
+    GTEST_SKIP() << backend().name << " moves the tree's parts in device memory only (tests/gpu_test runs it on the GPU)";
   REQUIRE_RANKS(2);
   const summation_tree tree(2);
   const std::size_t size = 4099;
@@ -438,6 +446,8 @@ TEST_P(AllReduceTree, ConsecutiveStepsStayInStep) {
 // that grow, shrink, skip and finally disagree on one group; every result is
 // the one-device tree, and the disagreement fails cleanly on every rank.
 TEST_P(AllReduceTree, SizesThatGrowShrinkOrDisagreeKeepTheBytesAndFailCleanly) {
+  if (!backend().host_tree)
+    GTEST_SKIP() << backend().name << " moves the tree's parts in device memory only (tests/gpu_test runs it on the GPU)";
   REQUIRE_RANKS(2);
   const std::vector<std::size_t> sizes = {100, 100, 300, 50, 50, 300, 7};
   std::vector<std::vector<float>> want;
@@ -619,6 +629,8 @@ TEST_P(AllReduceInt8, ARankInAFloatAllReduceIsAMismatch) {
 // bf16 by any ranks reduce to the one device's tree sum of their widened
 // values, bitwise; the gather copies every rank's chunk.
 TEST_P(Bf16, TheTreeOfBf16LeavesIsTheOneDeviceSumOfTheirFloatsAndTheGatherCopiesEveryChunk) {
+  if (!backend().host_tree)
+    GTEST_SKIP() << backend().name << " moves the tree's parts in device memory only (and GPU replicas refuse bf16)";
   REQUIRE_RANKS(1);
   std::mt19937_64 gen(5);
   for (int round = 0; round < 12; ++round) {

@@ -35,6 +35,9 @@ class fake_driver final : public collective_driver {
   void all_reduce_sum(float*, std::size_t) override { enqueue(); }
   void all_reduce_sum_after(float*, std::size_t, void*) override { enqueue(); }
   void broadcast(float*, std::size_t, int) override { enqueue(); }
+  void reduce_tree(std::span<const int>, std::span<float* const>, std::span<const tree_step>, float*, std::size_t) override {
+    enqueue();
+  }
   void all_gather_chunks(std::span<const std::span<float>>, std::span<const std::pair<std::size_t, std::size_t>>) override {
     enqueue();
   }

@@ -4,11 +4,15 @@
 // relative, TF32 GEMMs <= 1e-3), the CUDA replica's steps against the CPU
 // replica's (resident and streamed data; gradient buckets over NCCL with one
 // rank), the NCCL path with one rank, and the default job trained on the GPU.
+// Reproducible mode (See Note [The tree on a device]): the tree's kernels
+// bitwise against the host, slice gradients that do not depend on the
+// replica, and two runs of the default job with the same files.
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -20,6 +24,7 @@
 #include "train/step_runner.hpp"
 #include "comms/local.hpp"
 #include "comms/nccl.hpp"
+#include "comms/summation_tree.hpp"
 #include "cuda/blas.hpp"
 #include "cuda/cuda_replica.hpp"
 #include "cuda/kernels.hpp"
@@ -28,6 +33,8 @@
 #include "tensors/cpu_replica.hpp"
 #include "tensors/gemm.hpp"
 #include "tensors/rng.hpp"
+#include "tensors/vector_add.hpp"
+#include "tests/test_support.hpp"
 
 namespace dpactor {
 namespace {
@@ -334,6 +341,92 @@ TEST(Gpu, NcclWithOneRank) {
   EXPECT_THROW(endpoint->all_reduce_sum(d.span(), {}), collective_error);
 }
 
+std::vector<std::uint32_t> bits_of(const std::vector<float>& v) {
+  std::vector<std::uint32_t> b(v.size());
+  std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
+  return b;
+}
+
+// See Note [The tree on a device]: the addition and the element program on
+// the GPU give the host's bytes.
+TEST(Gpu, TreeKernelsGiveTheBytesOfTheHost) {
+  SKIP_WITHOUT_GPU();
+  const std::size_t n = 10'007;
+  std::vector<float> a = random_floats(n, 1);
+  const std::vector<float> b = random_floats(n, 2);
+  device_buffer<float> da = upload(a);
+  const device_buffer<float> db = upload(b);
+  cuda::add_into(da.data(), db.data(), n, nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  add_into(a.data(), b.data(), n);
+  EXPECT_EQ(bits_of(download(da)), bits_of(a));
+  // 7 slices held as {0, 1, 2} and {3, 4, 5, 6}: nodes of several levels.
+  const summation_tree tree(7);
+  std::vector<std::uint32_t> parts;
+  for (const auto& owned : {std::vector<std::uint8_t>{1, 1, 1, 0, 0, 0, 0}, std::vector<std::uint8_t>{0, 0, 0, 1, 1, 1, 1}})
+    for (const std::uint32_t node : tree.cover(owned)) parts.push_back(node);
+  std::vector<std::vector<float>> values;
+  std::vector<device_buffer<float>> on_device;
+  std::vector<const float*> host_pointers, device_pointers;
+  for (std::size_t p = 0; p < parts.size(); ++p) {
+    values.push_back(random_floats(n, 10 + p));
+    for (std::size_t i = 0; i < n; i += 3) values.back()[i] *= 1e6f;  // magnitudes apart: the order shows
+    on_device.push_back(upload(values.back()));
+    host_pointers.push_back(values.back().data());
+    device_pointers.push_back(on_device.back().data());
+  }
+  tree_plan plan;
+  plan.build(tree, parts);
+  std::vector<float> want(n);
+  plan.run(host_pointers.data(), 0, n, want.data());
+  const auto steps = upload(std::vector<tree_step>(plan.steps().begin(), plan.steps().end()));
+  const auto pointers = upload(device_pointers);
+  device_buffer<float> out = upload(std::vector<float>(n, poison));
+  cuda::run_tree_program(steps.data(), steps.size(), pointers.data(), n, out.data(), nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(bits_of(download(out)), bits_of(want));
+}
+
+// See Note [Summation tree]: a slice's gradients are written whole, the
+// same bytes whichever replica computes them and however often, and the
+// CPU's within fp32 tolerance.
+TEST(Gpu, SliceGradientsDoNotDependOnTheReplica) {
+  SKIP_WITHOUT_GPU();
+  const replica_case t({64, 48, 10}, 7);
+  cpu_replica cpu(t.spec, optimizer_config{}, 32);
+  cuda_replica first(t.spec, optimizer_config{}, 32, cuda_replica_options{});
+  cuda_replica second(t.spec, optimizer_config{}, 32, cuda_replica_options{});
+  for (replica* r : std::initializer_list<replica*>{&cpu, &first, &second}) r->import_state(t.state);
+  std::vector<std::uint32_t> rows(32);
+  for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<std::uint32_t>(i * 7 % 512);
+  const std::size_t p = cpu.layout().parameter_size;
+  const auto slice_of = [&](replica& r, std::size_t buffer) {
+    const std::span<float> g = r.scratch_gradients(buffer);
+    r.accumulate_slice(t.data.batch(rows), g);
+    std::vector<float> host(p);
+    if (r.native_stream() == nullptr) {
+      std::copy(g.begin(), g.end(), host.begin());
+    } else {
+      CUDA_CHECK(cudaMemcpy(host.data(), g.data(), p * sizeof(float), cudaMemcpyDeviceToHost));
+    }
+    return host;
+  };
+  const std::vector<float> want = slice_of(cpu, 0), got = slice_of(first, 0);
+  EXPECT_LE(relative_error(got, want), 1e-5);
+  EXPECT_EQ(bits_of(slice_of(second, 1)), bits_of(got)) << "another replica";
+  EXPECT_EQ(bits_of(slice_of(first, 2)), bits_of(got)) << "the same replica again";
+  // The tree's addition on the device is the host's.
+  const std::span<float> sum = first.scratch_gradients(0), other = first.scratch_gradients(1);
+  first.accumulate_slice(t.data.batch(rows), other);
+  first.add_gradients(sum, other);
+  std::vector<float> doubled = got;
+  add_into(doubled.data(), got.data(), p);
+  std::vector<float> host(p);
+  CUDA_CHECK(cudaMemcpy(host.data(), sum.data(), p * sizeof(float), cudaMemcpyDeviceToHost));
+  EXPECT_EQ(bits_of(host), bits_of(doubled));
+  EXPECT_EQ(first.count_nonfinite_in(sum), 0);
+}
+
 void train_default_job(gpu_data_placement placement) {
   if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"))
     GTEST_SKIP() << "dataset-fashion-mnist is not installed";
@@ -357,6 +450,57 @@ TEST(Gpu, TheDefaultJobTrainsOnTheGpu) {
 TEST(Gpu, TheDefaultJobTrainsOnTheGpuWithStreamedData) {
   SKIP_WITHOUT_GPU();
   train_default_job(gpu_data_placement::streamed);
+}
+
+// 300 steps of the default job on `gpus`; the checkpoint written.
+std::filesystem::path default_job_checkpoint(std::vector<int> gpus, bool reproducible, const std::filesystem::path& dir) {
+  const char* root = std::getenv("DPACTOR_SOURCE_DIR");
+  job_config c = load_job_config(std::string(root != nullptr ? root : DPACTOR_SOURCE_DIR) + "/configs/mlp.cfg");
+  c.cluster.gpus = std::move(gpus);
+  c.train.reproducible = reproducible;
+  c.train.max_steps = 300;
+  c.train.verify_replicas = true;
+  c.train.checkpoint_dir = dir.string();
+  Engine engine(c);
+  engine.start();
+  const run_summary s = engine.wait();
+  EXPECT_EQ(s.steps, 300) << dir;
+  return s.checkpoint;
+}
+
+void expect_same_files(const std::filesystem::path& a, const std::filesystem::path& b, const std::string& what) {
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"})
+    EXPECT_TRUE(!a.empty() && !b.empty() && testing::tensor_bytes(a / file) == testing::tensor_bytes(b / file))
+        << file << " differs: " << what;
+}
+
+#define SKIP_WITHOUT_FASHION_MNIST()                                                         \
+  do {                                                                                      \
+    if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) \
+      GTEST_SKIP() << "dataset-fashion-mnist is not installed";                             \
+  } while (false)
+
+// Issue 32's acceptance: two runs of the default job on the GPU in
+// reproducible mode, 300 steps, write the same model and optimizer files;
+// so do 2 and 3 replicas sharing the GPU (the same_device backend).
+TEST(Gpu, ReproducibleRunsOfTheDefaultJobWriteTheSameFilesOnOneTwoAndThreeReplicas) {
+  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_FASHION_MNIST();
+  testing::scratch_dir dir;
+  const auto first = default_job_checkpoint({0}, true, dir / "first");
+  expect_same_files(first, default_job_checkpoint({0}, true, dir / "second"), "two runs on one replica");
+  expect_same_files(first, default_job_checkpoint({0, 0}, true, dir / "two"), "2 replicas on the GPU against 1");
+  expect_same_files(first, default_job_checkpoint({0, 0, 0}, true, dir / "three"), "3 replicas on the GPU against 1");
+}
+
+// Fast mode with replicas sharing the GPU: gradient buckets started during
+// backward through the same_device backend; the replicas stay identical
+// (verify_replicas) and the job learns.
+TEST(Gpu, TwoReplicasSharingTheGpuTrainTheDefaultJobInFastMode) {
+  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_FASHION_MNIST();
+  testing::scratch_dir dir;
+  EXPECT_FALSE(default_job_checkpoint({0, 0}, false, dir / "fast").empty());
 }
 
 }  // namespace

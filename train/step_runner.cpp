@@ -135,7 +135,7 @@ step_runner::computed step_runner::compute_slices(const step_shard& shard, repli
   const fault_spec* slow = inject_step_faults(shard, control, group);
   const std::size_t slices = shard.slices();
   tree_.emplace(slices);
-  builder_.reset(*tree_);
+  builder_.reset(*tree_, [&model](std::span<float> a, std::span<const float> b) { model.add_gradients(a, b); });
   buffers_.assign(1, model.gradients());  // the first node the member holds lands where the optimizer reads
   free_.assign(1, 0);
   leaves_.clear();
@@ -233,7 +233,7 @@ std::vector<std::size_t> step_runner::held_buffers() const {
 std::int64_t step_runner::count_nonfinite_gradients(const computed& c, replica& model) {
   if (!c.sliced) return model.count_nonfinite_gradients();
   std::int64_t n = 0;
-  for (const std::size_t buffer : held_buffers()) n += count_nonfinite(buffers_[buffer]);
+  for (const std::size_t buffer : held_buffers()) n += model.count_nonfinite_in(buffers_[buffer]);
   return n;
 }
 

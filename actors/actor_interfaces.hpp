@@ -76,7 +76,7 @@ using reducer_actor = caf::typed_actor<
     // from devices
     caf::reacts_to<steps_done_msg>, caf::reacts_to<shard_cut_msg>, caf::reacts_to<late_msg>,
     caf::reacts_to<evaluated_msg>, caf::reacts_to<state_msg>, caf::reacts_to<device_failed_msg>,
-    caf::reacts_to<step_aborted_msg>, caf::reacts_to<trained_event>,
+    caf::reacts_to<step_aborted_msg>, caf::replies_to<trained_event>::with<std::int64_t>,
     // from the loader
     caf::reacts_to<ledger_snapshot_msg>, caf::reacts_to<epoch_ledger_msg>, caf::reacts_to<work_done_msg>,
     caf::reacts_to<paused_msg>, caf::reacts_to<rollback_done_msg>, caf::reacts_to<idle_msg>,

@@ -9,6 +9,10 @@
 #include <stdexcept>
 #include <thread>
 
+#include <caf/scoped_actor.hpp>
+
+#include <dpactor/error.hpp>
+
 namespace dpactor {
 namespace {
 
@@ -66,6 +70,28 @@ void run_step(device_ptr self, const step_shard& shard) {
   if (returned > 0)
     self->send(st.reducer, shard_cut_msg{st.generation, shard.step, st.rank, c.stats.samples,
                                          {shard.indices.begin() + static_cast<std::ptrdiff_t>(c.done), shard.indices.end()}});
+  // Note [A remote device's record arrives before its gradients]
+  // A step commits with a member's samples once its gradients reached the
+  // others. Sent after the exchange, the record of a device in a worker
+  // process could be lost with the process (kill -9 between the two): the
+  // step committed with its samples, and the devices' own account, which
+  // the exactly-once tests hold against the ledger, would miss them. So it
+  // is sent before the exchange and the device waits for the reducer's
+  // answer (one round trip a step, only with train.record_trained): every
+  // committed step's record has arrived. A step rolled back afterwards
+  // leaves a record of its generation that a later generation starting at
+  // or before its step voids (trained_event::generation).
+  if (record && st.setup->trained_to_reducer && !st.halted) {
+    trained_event e{st.setup->name, shard.step, shard.epoch, c.stats.samples, c.digest, carried, st.generation};
+    bool answered = false;
+    std::string why = "no answer within the collective timeout";
+    caf::scoped_actor waiter{self->system()};
+    waiter->request(st.reducer, st.setup->collective.timeout, std::move(e))
+        .receive([&](std::int64_t) { answered = true; }, [&](const caf::error& err) { why = to_string(err); });
+    if (!answered)
+      throw error(error_kind::internal, "the coordinator did not take the record of step " +
+                                            std::to_string(shard.step + 1) + ": " + why);
+  }
   st.late.step = shard.step;
   const std::span<const float> header =
       st.runner->synchronize(c, returned, model, *st.comm, st.setup->collective, &st.late, st.setup->schedule);
@@ -81,11 +107,9 @@ void run_step(device_ptr self, const step_shard& shard) {
     model.copy_parameters(st.latest_scratch);
     st.setup->latest->publish(model.optimizer_steps(), st.latest_scratch);
   }
-  if (record && !st.halted) {
-    trained_event e{st.setup->name, shard.step, shard.epoch, c.stats.samples, c.digest, carried};
-    if (st.setup->trained_to_reducer) self->send(st.reducer, std::move(e));
-    else st.setup->on_trained(e);
-  }
+  if (record && !st.halted && !st.setup->trained_to_reducer)
+    st.setup->on_trained(trained_event{st.setup->name, shard.step, shard.epoch, c.stats.samples, c.digest, carried,
+                                       st.generation});
   if (st.rank == 0 || st.setup->verify_replicas) {
     const auto m = static_cast<std::size_t>(st.comm->size());
     step_record rec{shard.step, shard.epoch, static_cast<double>(header[h_loss]),

@@ -79,7 +79,9 @@ struct device_setup {
   // service.snapshot_every_s: rank 0 publishes its parameters here (See
   // train/latest_parameters.hpp). Null: off.
   std::shared_ptr<latest_parameters> latest;
-  // Or, in another process than the reducer, sends it to the reducer.
+  // Or, in another process than the reducer, sends it to the reducer and
+  // waits for its answer before the step's exchange (See Note [A remote
+  // device's record arrives before its gradients]).
   bool trained_to_reducer = false;
   // A device in another process than the reducer gets tickets without the
   // group object (group_ticket.local): it makes its part of the group from

@@ -41,7 +41,8 @@ typename Inspector::result_type inspect(Inspector& f, ledger_position& x) {
 // earlier reports, before its later ones.
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, trained_event& x) {
-  return f(caf::meta::type_name("trained_event"), x.device, x.step, x.epoch, x.samples, x.digest, x.carried);
+  return f(caf::meta::type_name("trained_event"), x.device, x.step, x.epoch, x.samples, x.digest, x.carried,
+           x.generation);
 }
 
 }  // namespace dpactor

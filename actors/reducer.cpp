@@ -381,7 +381,12 @@ reducer_actor::behavior_type reducer_behavior(reducer_ptr self, reducer_setup se
         if (member) request_graceful_change(self);
       },
       [self](const members_request& msg) { msg.reply->set_value(member_names(self->state)); },
-      [self](const trained_event& e) { self->state.setup.control->emit(e); },
+      // See Note [A remote device's record arrives before its gradients]:
+      // the answer lets the device go on to the step's exchange.
+      [self](const trained_event& e) {
+        self->state.setup.control->emit(e);
+        return e.step;
+      },
       [self](checkpoint_atom) { self->send(self->state.setup.loader, checkpoint_atom::value); },
       [self](const lr_msg& msg) { self->send(self->state.setup.loader, msg); },
       [self](const inject_msg& msg) {

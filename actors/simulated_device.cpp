@@ -64,7 +64,8 @@ void apply(sim_ptr self, const simulated_result& result) {
   progress.mark(device_phase::data, shard.step + 1);
   progress.end_warm_up();
   if (st.setup->on_trained)
-    st.setup->on_trained(trained_event{st.setup->name, shard.step, shard.epoch, st.mine.samples, st.digest, st.carried});
+    st.setup->on_trained(
+        trained_event{st.setup->name, shard.step, shard.epoch, st.mine.samples, st.digest, st.carried, st.generation});
   if (st.rank == 0) {
     step_record rec;
     rec.step = shard.step;

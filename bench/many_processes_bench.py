@@ -128,14 +128,22 @@ def wait_for(path, pattern, timeout, proc=None):
 
 
 def exactly_once(metrics, rows, epochs):
-    samples, digests = {}, {}
+    # A record counts unless a later generation starts at or before its step
+    # (the step was rolled back; Note [A remote device's record arrives
+    # before its gradients]).
+    samples, digests, records, starts = {}, {}, [], {}
     with open(metrics) as f:
         for line in f:
-            if '"event":"trained"' not in line:
-                continue
-            r = json.loads(line)
-            samples[r["epoch"]] = samples.get(r["epoch"], 0) + r["samples"]
-            digests[r["epoch"]] = (digests.get(r["epoch"], 0) + r["digest"]) & MASK
+            if '"event":"membership"' in line:
+                r = json.loads(line)
+                starts[r["generation"]] = r["step"]
+            if '"event":"trained"' in line:
+                records.append(json.loads(line))
+    for r in records:
+        if any(g > r.get("generation", 0) and first <= r["step"] - 1 for g, first in starts.items()):
+            continue
+        samples[r["epoch"]] = samples.get(r["epoch"], 0) + r["samples"]
+        digests[r["epoch"]] = (digests.get(r["epoch"], 0) + r["digest"]) & MASK
     want = 0
     for i in range(rows):
         want = (want + sample_digest(i)) & MASK

@@ -49,6 +49,25 @@ TEST(Distributed, ACoordinatorAndAWorkerTrainTheBytesOfOneFourReplicaProcessEver
   EXPECT_EQ(evidence.check(60000, 1), "");
   for (const char* device : {"cpu:0", "w1/cpu:1"})
     EXPECT_TRUE(evidence.first_step_of(device).has_value()) << device << " reported nothing it trained";
+  // See Note [A remote device's record arrives before its gradients]: the
+  // coordinator has a worker's record of a step before the step commits, so
+  // in the metrics it comes before every step record at or after its step.
+  {
+    std::ifstream metrics(job / "m.jsonl");
+    std::string line;
+    std::int64_t committed = 0, worker_records = 0;  // the last step record's step (1-based)
+    while (std::getline(metrics, line)) {
+      const auto j = nlohmann::json::parse(line);
+      const std::string kind = j.value("event", "");
+      if (kind == "step") committed = j.at("step").get<std::int64_t>();
+      if (kind == "trained" && j.at("device").get<std::string>().starts_with("w1/")) {
+        ++worker_records;
+        ASSERT_GT(j.at("step").get<std::int64_t>(), committed)
+            << "a worker's record came after the step record of step " << committed << ": " << line;
+      }
+    }
+    EXPECT_EQ(worker_records, 2 * 469);
+  }
 
   // The same job in one process with four replicas: the same bytes
   // (train.reproducible, on by default).

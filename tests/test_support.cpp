@@ -276,12 +276,11 @@ run_summary wait_or_exit(Engine& engine, std::chrono::seconds limit, const std::
 std::string cli_process::output_so_far() const { return read_text(log_); }
 
 void trained_evidence::record(const event& e) {
+  std::lock_guard lock(mutex_);
+  if (const auto* m = std::get_if<membership_event>(&e)) generation_starts_[m->generation] = m->step;
   const auto* t = std::get_if<trained_event>(&e);
   if (t == nullptr) return;
-  std::lock_guard lock(mutex_);
-  auto& [samples, digest] = epochs_[t->epoch];
-  samples += t->samples;
-  digest += t->digest;
+  records_.push_back(*t);
   carried_[t->step][t->device] = t->carried;
 }
 
@@ -290,9 +289,11 @@ void trained_evidence::record_metrics(const fs::path& metrics) {
   std::string line;
   while (std::getline(in, line)) {
     const auto j = json::parse(line);
+    if (j.value("event", "") == "membership")
+      record(membership_event{j.at("generation"), j.at("step"), {}, {}, j.value("reason", "")});
     if (j.value("event", "") != "trained") continue;
     record(trained_event{j.at("device"), j.at("step").get<std::int64_t>() - 1, j.at("epoch"), j.at("samples"),
-                         j.at("digest"), j.at("carried")});
+                         j.at("digest"), j.at("carried"), j.value("generation", std::int64_t{0})});
   }
 }
 
@@ -327,11 +328,20 @@ std::string trained_evidence::check(std::int64_t rows, std::int64_t epochs) cons
   std::uint64_t want = 0;
   for (std::int64_t i = 0; i < rows; ++i) want += sample_digest(static_cast<std::uint32_t>(i));
   std::lock_guard lock(mutex_);
+  std::map<std::int64_t, std::pair<std::int64_t, std::uint64_t>> per_epoch;  // epoch -> (samples, digest)
+  for (const trained_event& t : records_) {
+    const bool rolled_back = std::any_of(generation_starts_.begin(), generation_starts_.end(), [&](const auto& g) {
+      return g.first > t.generation && g.second <= t.step;
+    });
+    if (rolled_back) continue;
+    per_epoch[t.epoch].first += t.samples;
+    per_epoch[t.epoch].second += t.digest;
+  }
   std::string problems;
   for (std::int64_t epoch = 0; epoch < epochs; ++epoch) {
-    const auto it = epochs_.find(epoch);
-    const std::int64_t samples = it == epochs_.end() ? 0 : it->second.first;
-    const std::uint64_t digest = it == epochs_.end() ? 0 : it->second.second;
+    const auto it = per_epoch.find(epoch);
+    const std::int64_t samples = it == per_epoch.end() ? 0 : it->second.first;
+    const std::uint64_t digest = it == per_epoch.end() ? 0 : it->second.second;
     if (samples != rows)
       problems += "epoch " + std::to_string(epoch) + ": the devices trained " + std::to_string(samples) + " samples, not " +
                   std::to_string(rows) + "; ";

@@ -164,7 +164,9 @@ class trained_evidence {
   void record_metrics(const std::filesystem::path& metrics);
   // Epochs [0, epochs) each trained every index of [0, rows) exactly once:
   // the samples add up to `rows` and the digests to the digest of every index.
-  // Returns "" or what is wrong, per epoch.
+  // A record counts unless a later generation starts at or before its step
+  // (the step was rolled back: trained_event::generation). Returns "" or
+  // what is wrong, per epoch.
   std::string check(std::int64_t rows, std::int64_t epochs) const;
   // Every step's members carried the same state into it, by their own
   // checksums. Returns "" or the first step where two differ, naming both.
@@ -176,7 +178,8 @@ class trained_evidence {
 
  private:
   mutable std::mutex mutex_;
-  std::map<std::int64_t, std::pair<std::int64_t, std::uint64_t>> epochs_;  // epoch -> (samples, digest)
+  std::vector<trained_event> records_;
+  std::map<std::int64_t, std::int64_t> generation_starts_;  // generation -> its first step (0-based)
   std::map<std::int64_t, std::map<std::string, std::uint64_t>> carried_;  // step -> device -> checksum
 };
 

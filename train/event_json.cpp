@@ -45,7 +45,7 @@ json to_json(const checkpoint_event& e) {
 
 json to_json(const trained_event& e) {
   return {{"event", "trained"}, {"device", e.device}, {"step", e.step + 1},   {"epoch", e.epoch},
-          {"samples", e.samples}, {"digest", e.digest}, {"carried", e.carried}};
+          {"samples", e.samples}, {"digest", e.digest}, {"carried", e.carried}, {"generation", e.generation}};
 }
 
 }  // namespace

@@ -85,6 +85,13 @@ struct trained_event {
   // optimizer slots, step counter), taken before the step's gather: equal on
   // every member of a step when the replicas are identical.
   std::uint64_t carried = 0;
+  // The generation the device trained the step in. A device in another
+  // process than the coordinator says what it trained before the step's
+  // exchange (See Note [A remote device's record arrives before its
+  // gradients]), so its record may be of a step that membership_event
+  // then rolls back: it counts only if no later generation starts at or
+  // before its step.
+  std::int64_t generation = 0;
 };
 
 using event = std::variant<step_event, epoch_event, membership_event, recovery_event, checkpoint_event, trained_event>;

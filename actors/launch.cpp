@@ -264,6 +264,11 @@ launch_plan prepare_launch(const job_config& config, const run_options& options,
                        "optimizer state, position in the data), init_from starts a new one from weights; give one");
   plan.claim.overwrite = options.overwrite_checkpoints;
   plan.faults = parse_fault_specs(config.faults.inject);
+  for (const auto& f : plan.faults)
+    if (f.kind == fault_kind::kill && (!options.coordinator || f.device < replicas))
+      throw config_error(f.text + ": kill ends the process of the device it names, so it names a device of a worker "
+                         "process (a coordinator's devices are numbered first, 0 to " + std::to_string(replicas - 1) +
+                         "; workers' follow as they join)");
   if (!config.cluster.gpus.empty())
     for (const auto& f : plan.faults)
       if (f.kind == fault_kind::join)

@@ -302,6 +302,9 @@ TEST_F(Cli, AFaultSpecForADeviceThatDoesNotExistIsRefused) {
                  "fail:7@3: there is no device 7: the run has devices 0 to 1");
   expect_failure({"--model", "job.cfg", "--cpus", "2", "--inject", "join:cpu@2", "--inject", "hang:3@5"}, 2,
                  "hang:3@5: there is no device 3: the run has devices 0 to 1 and 1 joining (2)");
+  // kill ends its device's process: never this one's.
+  expect_failure({"--model", "job.cfg", "--cpus", "2", "--inject", "kill:1@3"}, 2,
+                 "kill:1@3: kill ends the process of the device it names, so it names a device of a worker process");
   // The device that joins is device 2: a fault for it is accepted.
   const testing::process_result ok = testing::run_cli(
       {"--model", "job.cfg", "--cpus", "2", "--inject", "join:cpu@2", "--inject", "slow:2:1.5@3"}, dir.path());

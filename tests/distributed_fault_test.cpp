@@ -59,6 +59,30 @@ TEST_P(DistributedFaults, AKilledWorkerIsLeftOutOfTheNextGenerationAndTheRunFini
   EXPECT_NE(c.output.find("(600 steps"), std::string::npos) << "the run must train all its steps: " << c.output;
 }
 
+// See Note [A remote device's record arrives before its gradients]: a
+// worker killed right after a step's exchange (kill:2@30: its gradients of
+// step 30 reached the others, its report did not leave) leaves the
+// coordinator its record of that step, so the devices' own account holds
+// every sample of the epoch once, the rolled-back steps' records void.
+TEST(Distributed, AWorkerKilledRightAfterAnExchangeLeavesItsRecordOfTheStepEverySampleOnce) {
+  cluster job;
+  const auto metrics = job / "m.jsonl";
+  ASSERT_TRUE(job.start_coordinator(fast({"--cpus", "1", "--wait-devices", "3", "--batch-size", "512", "--epochs", "1",
+                                          "--set", "train.eval_every=0", "--set", "train.record_trained=true",
+                                          "--metrics", metrics.string(), "--inject", "kill:2@30"})));
+  auto a = job.start_worker("A", 1);
+  auto b = job.start_worker("B", 1);
+  const auto c = job.coordinator().wait(180s);
+  const auto wa = a->wait(60s), wb = b->wait(60s);
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  // The worker whose device was numbered 2 is gone (killed), the other finished.
+  EXPECT_TRUE((wa.exit_code == 0) != (wb.exit_code == 0)) << wa.output << "\n" << wb.output;
+  EXPECT_TRUE(std::regex_search(c.output, std::regex("generation 1 from step (30|31): 2 members"))) << c.output;
+  testing::trained_evidence evidence;
+  evidence.record_metrics(metrics);
+  EXPECT_EQ(evidence.check(60000, 1), "");
+}
+
 TEST(Distributed, AWorkerKilledDuringTheRendezvousIsLeftOutAndTheGenerationReformsWhenItsConnectionDrops) {
   cluster job;
   ASSERT_TRUE(job.start_coordinator(fast({"--cpus", "1", "--wait-devices", "3", "--set", "train.max_steps=300"})));

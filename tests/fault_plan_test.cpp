@@ -28,6 +28,11 @@ TEST(FaultSpec, ParsesEveryForm) {
   EXPECT_EQ(join.step, 100);
   EXPECT_TRUE(is_device_fault(fail));
   EXPECT_FALSE(is_device_fault(join));
+  const fault_spec kill = parse_fault_spec("kill:2@30");
+  EXPECT_EQ(kill.kind, fault_kind::kill);
+  EXPECT_EQ(kill.device, 2);
+  EXPECT_EQ(kill.step, 30);
+  EXPECT_TRUE(is_device_fault(kill)) << "it reaches a worker's device as the others do";
 }
 
 TEST(FaultSpec, BadSpecsNameTheProblem) {

@@ -11,7 +11,7 @@ namespace {
 
 [[noreturn]] void bad(const std::string& text, const std::string& why) {
   throw config_error("fault spec " + quoted(text) + ": " + why +
-                     " (forms: fail:R@S, hang:R@S, slow:R:F[@S], jitter:R:P:MS, leave:R@S, join:cpu@S, perturb:R@S, nan:R@S, stuck:R@S, "
+                     " (forms: fail:R@S, hang:R@S, slow:R:F[@S], jitter:R:P:MS, leave:R@S, join:cpu@S, perturb:R@S, nan:R@S, stuck:R@S, kill:R@S, "
                      "crash:loader@S, crash:reducer@S)");
 }
 
@@ -76,13 +76,15 @@ fault_spec parse_fault_spec(const std::string& text) {
   if (parts.size() < 2) bad(text, "missing the device number");
   f.device = number<int>(text, parts[1], "device");
   if (f.device < 0) bad(text, "device numbers start at 0");
-  if (kind == "fail" || kind == "hang" || kind == "leave" || kind == "perturb" || kind == "nan" || kind == "stuck") {
+  if (kind == "fail" || kind == "hang" || kind == "leave" || kind == "perturb" || kind == "nan" || kind == "stuck" ||
+      kind == "kill") {
     need(2, true);
     f.kind = kind == "fail"      ? fault_kind::fail
              : kind == "hang"    ? fault_kind::hang
              : kind == "leave"   ? fault_kind::leave
              : kind == "perturb" ? fault_kind::perturb
              : kind == "nan"     ? fault_kind::nan
+             : kind == "kill"    ? fault_kind::kill
                                  : fault_kind::stuck;
   } else if (kind == "slow") {
     need(3, false);
@@ -116,7 +118,7 @@ std::vector<fault_spec> parse_fault_specs(const std::vector<std::string>& texts)
 bool is_device_fault(const fault_spec& f) noexcept {
   return f.kind == fault_kind::fail || f.kind == fault_kind::hang || f.kind == fault_kind::slow ||
          f.kind == fault_kind::jitter || f.kind == fault_kind::perturb || f.kind == fault_kind::nan ||
-         f.kind == fault_kind::stuck;
+         f.kind == fault_kind::stuck || f.kind == fault_kind::kill;
 }
 
 }  // namespace dpactor

@@ -14,6 +14,10 @@
 //   stuck:R@S       device R's thread blocks in step S for good, deaf to
 //                   aborts (a driver or kernel hang): for tests of bounded
 //                   shutdown
+//   kill:R@S        device R's process kills itself (SIGKILL) right after
+//                   step S's exchange, before it reports the step: a worker
+//                   process's devices only, for tests of what a killed
+//                   worker leaves behind
 //   crash:loader@S  the loader throws as it issues step S, crash:reducer@S the
 //                   reducer as it commits step S: for tests that an exception
 //                   in any actor ends the run
@@ -26,7 +30,7 @@
 
 namespace dpactor {
 
-enum class fault_kind { fail, hang, slow, jitter, leave, join, perturb, nan, stuck, crash };
+enum class fault_kind { fail, hang, slow, jitter, leave, join, perturb, nan, stuck, kill, crash };
 
 // What crash:A@S brings down.
 enum class crash_target { loader, reducer };
@@ -46,7 +50,7 @@ struct fault_spec {
 fault_spec parse_fault_spec(const std::string& text);
 std::vector<fault_spec> parse_fault_specs(const std::vector<std::string>& texts);
 
-// Faults that act inside a device's steps (fail, hang, slow, jitter, perturb, nan, stuck).
+// Faults that act inside a device's steps (fail, hang, slow, jitter, perturb, nan, stuck, kill).
 bool is_device_fault(const fault_spec& f) noexcept;
 
 }  // namespace dpactor

@@ -92,6 +92,8 @@ class step_runner {
   void add_fault(const fault_spec& f) { faults_.push_back(f); }
   // Whether fault perturb:R@S names this device and `step` (0-based).
   bool perturbs(std::int64_t step) const { return !faults_.empty() && find_fault(fault_kind::perturb, step + 1); }
+  // fault spec kill:R@S: the process ends right after this step's exchange.
+  bool kills_after(std::int64_t step) const { return !faults_.empty() && find_fault(fault_kind::kill, step + 1); }
 
   // Forward and backward over the shard. Throws injected_failure. With a
   // `comm` that overlaps compute, the gradient buckets' reductions start

@@ -3,6 +3,7 @@
 #include "tensors/float_env.hpp"
 
 #include <algorithm>
+#include <csignal>
 #include <cstring>
 #include <chrono>
 #include <numeric>
@@ -95,6 +96,9 @@ void run_step(device_ptr self, const step_shard& shard) {
   st.late.step = shard.step;
   const std::span<const float> header =
       st.runner->synchronize(c, returned, model, *st.comm, st.setup->collective, &st.late, st.setup->schedule);
+  // fault spec kill:R@S, in a worker process only (validated at launch):
+  // the step's gradients have left, its report has not.
+  if (st.setup->remote_group && st.runner->kills_after(shard.step)) ::raise(SIGKILL);
   const bool applied = st.runner->applied();
   // See Note [Non-finite steps]: stopped, this replica keeps the state of
   // the step before, for the final checkpoint.

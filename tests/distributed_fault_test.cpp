@@ -67,14 +67,14 @@ TEST_P(DistributedFaults, AKilledWorkerIsLeftOutOfTheNextGenerationAndTheRunFini
 TEST(Distributed, AWorkerKilledRightAfterAnExchangeLeavesItsRecordOfTheStepEverySampleOnce) {
   cluster job;
   const auto metrics = job / "m.jsonl";
-  ASSERT_TRUE(job.start_coordinator(fast({"--cpus", "1", "--wait-devices", "3", "--batch-size", "512", "--epochs", "1",
-                                          "--set", "train.eval_every=0", "--set", "train.record_trained=true",
-                                          "--metrics", metrics.string(), "--inject", "kill:2@30"})));
+  ASSERT_TRUE(job.start_coordinator({"--cpus", "1", "--wait-devices", "3", "--batch-size", "512", "--epochs", "1",
+                                     "--set", "train.eval_every=0", "--set", "train.record_trained=true", "--metrics",
+                                     metrics.string(), "--inject", "kill:2@30"}));
   auto a = job.start_worker("A", 1);
   auto b = job.start_worker("B", 1);
   const auto c = job.coordinator().wait(180s);
   const auto wa = a->wait(60s), wb = b->wait(60s);
-  ASSERT_EQ(c.exit_code, 0) << c.output;
+  ASSERT_EQ(c.exit_code, 0) << c.output << "\nworker A: " << wa.output << "\nworker B: " << wb.output;
   // The worker whose device was numbered 2 is gone (killed), the other finished.
   EXPECT_TRUE((wa.exit_code == 0) != (wb.exit_code == 0)) << wa.output << "\n" << wb.output;
   EXPECT_TRUE(std::regex_search(c.output, std::regex("generation 1 from step (30|31): 2 members"))) << c.output;

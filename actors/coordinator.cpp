@@ -30,11 +30,9 @@ caf::behavior coordinator_behavior(caf::event_based_actor* /*self*/, coordinator
       [st](const store_set_msg& msg) { st->store->set(msg.key, msg.value); },
       [st](const store_get_msg& msg) {
         store_value_msg reply;
-        const auto now = rendezvous_store::clock::now();
-        for (const std::string& key : msg.keys) {
-          auto value = st->store->get(key, now);
-          reply.found.push_back(value ? 1 : 0);
-          reply.values.push_back(value ? std::move(*value) : std::vector<char>{});
+        if (auto value = st->store->get(msg.key, rendezvous_store::clock::now())) {
+          reply.found = true;
+          reply.value = std::move(*value);
         }
         return reply;
       },

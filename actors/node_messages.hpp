@@ -60,23 +60,21 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, store_set_msg& x) {
   return f(caf::meta::type_name("store_set_msg"), x.key, x.value);
 }
-// Answered with store_value_msg at once, for each key found or not: the
-// asking rank asks again for the missing ones (See Note [One read for a
-// rank's peers]).
+// Answered with store_value_msg at once, found or not: the asking rank polls.
 struct store_get_msg {
-  std::vector<std::string> keys;
+  std::string key;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, store_get_msg& x) {
-  return f(caf::meta::type_name("store_get_msg"), x.keys);
+  return f(caf::meta::type_name("store_get_msg"), x.key);
 }
 struct store_value_msg {
-  std::vector<char> found;                // one flag a key
-  std::vector<std::vector<char>> values;  // one a key: empty where not found
+  bool found = false;
+  std::vector<char> value;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, store_value_msg& x) {
-  return f(caf::meta::type_name("store_value_msg"), x.found, x.values);
+  return f(caf::meta::type_name("store_value_msg"), x.found, x.value);
 }
 // coordinator -> worker node: abort the collective groups of a generation
 // (its members are blocked in a call and read no messages).

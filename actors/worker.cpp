@@ -6,10 +6,8 @@
 #include <netdb.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <future>
 #include <map>
-#include <span>
 #include <mutex>
 #include <thread>
 
@@ -33,7 +31,7 @@ namespace {
 // A device thread's store request, answered through the promise: in-process
 // only (a detached device cannot take a CAF reply in the middle of a handler).
 struct store_fetch {
-  std::vector<std::string> keys;
+  std::string key;
   std::shared_ptr<std::promise<store_value_msg>> reply;
 };
 
@@ -59,7 +57,7 @@ constexpr std::chrono::milliseconds store_poll_interval{2};
 caf::behavior store_proxy(caf::event_based_actor* self, caf::actor coordinator) {
   return {
       [self, coordinator](const store_fetch& f) {
-        self->request(coordinator, std::chrono::seconds(5), store_get_msg{f.keys})
+        self->request(coordinator, std::chrono::seconds(5), store_get_msg{f.key})
             .then([reply = f.reply](const store_value_msg& v) { reply->set_value(v); },
                   [reply = f.reply](const caf::error&) { reply->set_value(store_value_msg{}); });
       },
@@ -73,38 +71,22 @@ class coordinator_store final : public rendezvous_store {
   void set(const std::string& key, const std::vector<char>& value) override {
     caf::anon_send(coordinator_, store_set_msg{key, value});
   }
-  std::optional<std::vector<char>> get(const std::string& key, clock::time_point until) override {
-    std::vector<std::optional<std::vector<char>>> value(1);
-    get_many({&key, 1}, value, until);
-    return std::move(value[0]);
-  }
-  // See Note [One read for a rank's peers]: one round trip asks for every
-  // key still missing.
-  bool get_many(std::span<const std::string> keys, std::vector<std::optional<std::vector<char>>>& values,
-                clock::time_point until) override {
-    for (;;) {
-      std::vector<std::string> missing;
-      for (std::size_t i = 0; i < keys.size(); ++i)
-        if (!values[i]) missing.push_back(keys[i]);
-      if (missing.empty()) return true;
-      auto reply = std::make_shared<std::promise<store_value_msg>>();
-      auto answer = reply->get_future();
-      caf::anon_send(proxy_, store_fetch{missing, reply});
-      if (answer.wait_until(until) != std::future_status::ready) return false;
-      store_value_msg v = answer.get();
-      for (std::size_t i = 0, m = 0; i < keys.size() && m < v.found.size(); ++i) {
-        if (values[i]) continue;
-        if (v.found[m] != 0) values[i] = std::move(v.values[m]);
-        ++m;
-      }
-      if (std::all_of(values.begin(), values.end(), [](const auto& x) { return x.has_value(); })) return true;
-      if (clock::now() + store_poll_interval >= until) return false;
-      std::this_thread::sleep_for(store_poll_interval);
-    }
-  }
+  std::optional<std::vector<char>> get(const std::string& key, clock::time_point until) override { return fetch(key, until); }
   void erase_prefix(const std::string&) override {}  // the coordinator's to do
 
  private:
+  std::optional<std::vector<char>> fetch(const std::string& key, clock::time_point until) {
+    for (;;) {
+      auto reply = std::make_shared<std::promise<store_value_msg>>();
+      auto answer = reply->get_future();
+      caf::anon_send(proxy_, store_fetch{key, reply});
+      if (answer.wait_until(until) != std::future_status::ready) return std::nullopt;
+      store_value_msg v = answer.get();
+      if (v.found) return std::move(v.value);
+      if (clock::now() + store_poll_interval >= until) return std::nullopt;
+      std::this_thread::sleep_for(store_poll_interval);
+    }
+  }
   caf::actor coordinator_;
   caf::actor proxy_;
 };

@@ -83,23 +83,13 @@ void gloo_group_state::discharge(shm_segment* segment) {
   std::erase(segments_, segment);
 }
 
-std::vector<std::vector<char>> gloo_group_state::store_get_all(std::span<const std::string> keys,
-                                                              clock::time_point deadline, int rank) {
-  std::vector<std::optional<std::vector<char>>> values(keys.size());
+std::vector<char> gloo_group_state::store_get(const std::string& key, clock::time_point deadline, int rank) {
   for (;;) {
     if (aborted) fail(rank, collective_errc::aborted, "aborted during rendezvous: " + reason());
     const auto now = clock::now();
-    if (now >= deadline) {
-      std::size_t missing = 0;
-      while (missing < values.size() && values[missing]) ++missing;
-      fail(rank, collective_errc::timeout, "rendezvous timed out waiting for " + keys[missing] + " in the store");
-    }
-    if (store->get_many(keys, values, std::min(deadline, now + store_poll_slice))) break;
+    if (now >= deadline) fail(rank, collective_errc::timeout, "rendezvous timed out waiting for " + key + " in the store");
+    if (auto value = store->get(key, std::min(deadline, now + store_poll_slice))) return std::move(*value);
   }
-  std::vector<std::vector<char>> out;
-  out.reserve(values.size());
-  for (auto& v : values) out.push_back(std::move(*v));
-  return out;
 }
 
 gloo_connection::gloo_connection(std::shared_ptr<gloo_group_state> group, int rank)
@@ -189,13 +179,6 @@ std::string gloo_connection::key(const char* what, int rank) const {
   return group_->options.prefix + "/" + what + "/" + std::to_string(rank);
 }
 
-std::vector<std::string> gloo_connection::peer_keys(const char* what) const {
-  std::vector<std::string> keys;
-  for (int peer = 0; peer < group_->size; ++peer)
-    if (peer != rank_) keys.push_back(key(what, peer));
-  return keys;
-}
-
 void gloo_connection::connect(clock::time_point deadline) {
   const auto& opts = group_->options;
   const int n = group_->size;
@@ -216,10 +199,9 @@ void gloo_connection::connect(clock::time_point deadline) {
   transport_owner_ = transport;
   transport_ = tcp;
   group_->store->set(key("gloo", rank_), addresses);
-  const auto all_addresses = group_->store_get_all(peer_keys("gloo"), deadline, rank_);
   for (int peer = 0; peer < n; ++peer) {
     if (peer == rank_) continue;
-    const std::vector<char>& theirs = all_addresses[static_cast<std::size_t>(peer < rank_ ? peer : peer - 1)];
+    const std::vector<char> theirs = group_->store_get(key("gloo", peer), deadline, rank_);
     const std::size_t each = theirs.size() / static_cast<std::size_t>(n - 1);
     const std::size_t mine = static_cast<std::size_t>(rank_ > peer ? rank_ - 1 : rank_);
     if (each == 0 || theirs.size() % static_cast<std::size_t>(n - 1) != 0)
@@ -261,10 +243,9 @@ void gloo_connection::share_memory(bool enabled, clock::time_point deadline) {
   group_->store->set(key("shm", rank_), mine);
   std::vector<char> opened(static_cast<std::size_t>(n), 0);
   std::vector<std::unique_ptr<shm_segment>> peers(static_cast<std::size_t>(n));
-  const auto inboxes = group_->store_get_all(peer_keys("shm"), deadline, rank_);
   for (int peer = 0; peer < n; ++peer) {
     if (peer == rank_) continue;
-    const std::vector<char>& theirs = inboxes[static_cast<std::size_t>(peer < rank_ ? peer : peer - 1)];
+    const std::vector<char> theirs = group_->store_get(key("shm", peer), deadline, rank_);
     if (!inbox || theirs.size() <= sizeof(std::uint64_t)) continue;
     std::uint64_t nonce = 0;
     std::memcpy(&nonce, theirs.data(), sizeof nonce);
@@ -273,10 +254,9 @@ void gloo_connection::share_memory(bool enabled, clock::time_point deadline) {
     opened[static_cast<std::size_t>(peer)] = segment != nullptr;
   }
   group_->store->set(key("shm_opened", rank_), opened);
-  const auto peers_opened = group_->store_get_all(peer_keys("shm_opened"), deadline, rank_);
   for (int peer = 0; peer < n; ++peer) {
     if (peer == rank_) continue;
-    const std::vector<char>& theirs = peers_opened[static_cast<std::size_t>(peer < rank_ ? peer : peer - 1)];
+    const std::vector<char> theirs = group_->store_get(key("shm_opened", peer), deadline, rank_);
     if (theirs.size() != static_cast<std::size_t>(n) || theirs[static_cast<std::size_t>(rank_)] == 0)
       peers[static_cast<std::size_t>(peer)].reset();
   }

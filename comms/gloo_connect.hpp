@@ -70,9 +70,7 @@ class gloo_group_state {
 
   // A store get in slices, so that an abort is seen within store_poll_slice;
   // fails the group (as `rank`) at the deadline.
-  // The values of every key, read together (See Note [One read for a
-  // rank's peers]), in slices that check for an abort.
-  std::vector<std::vector<char>> store_get_all(std::span<const std::string> keys, clock::time_point deadline, int rank);
+  std::vector<char> store_get(const std::string& key, clock::time_point deadline, int rank);
 
  private:
   std::mutex mutex_;  // guards why_, transports_ and segments_
@@ -116,8 +114,6 @@ class gloo_connection {
 
  private:
   std::string key(const char* what, int rank) const;
-  // key(what, peer) of every peer, in rank order.
-  std::vector<std::string> peer_keys(const char* what) const;
   void share_memory(bool enabled, clock::time_point deadline);
   bool interrupted_wait(gloo::transport::UnboundBuffer& buffer, wait_alarm::kind k, clock::time_point wake,
                         clock::time_point deadline);

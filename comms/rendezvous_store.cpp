@@ -12,15 +12,6 @@
 #include <thread>
 
 namespace dpactor {
-
-bool rendezvous_store::get_many(std::span<const std::string> keys, std::vector<std::optional<std::vector<char>>>& values,
-                                clock::time_point until) {
-  bool all = true;
-  for (std::size_t i = 0; i < keys.size(); ++i)  // after a missing key's wait, the rest at once
-    if (!values[i] && !(values[i] = get(keys[i], until))) all = false;
-  return all;
-}
-
 namespace {
 
 class memory_store final : public rendezvous_store {

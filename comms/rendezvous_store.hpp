@@ -18,7 +18,6 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
-#include <span>
 #include <string>
 #include <vector>
 
@@ -37,15 +36,6 @@ class rendezvous_store {
   // nullopt if it is not set by then. Throws std::runtime_error when the
   // store itself fails (unreachable, unreadable).
   virtual std::optional<std::vector<char>> get(const std::string& key, clock::time_point until) = 0;
-  // Note [One read for a rank's peers]: fills values[i] with the value of
-  // keys[i] for every key set and not yet filled, waiting at most until
-  // `until` for the rest (values has one entry a key). Returns whether all
-  // are filled. A rank reads its n - 1 peers' addresses this way: the
-  // coordinator's store answers the keys still missing in one round trip,
-  // where one read a key made n(n - 1) round trips a generation (4,160 at
-  // 65 ranks, three times over). The default reads key by key.
-  virtual bool get_many(std::span<const std::string> keys, std::vector<std::optional<std::vector<char>>>& values,
-                        clock::time_point until);
   // Erases every key that starts with `prefix`.
   virtual void erase_prefix(const std::string& prefix) = 0;
 };

@@ -28,6 +28,25 @@ constexpr auto settle_deadline = std::chrono::seconds(120);
 
 std::string cuda_text(cudaError_t e) { return cudaGetErrorString(e); }
 
+// ncclGroupStart, and the ncclGroupEnd that must follow it also when a call
+// in the group throws; end()'s own failure counts like any other.
+class nccl_group {
+ public:
+  nccl_group() { NCCL_CHECK(ncclGroupStart()); }
+  ~nccl_group() {
+    if (!ended_) ncclGroupEnd();
+  }
+  nccl_group(const nccl_group&) = delete;
+  nccl_group& operator=(const nccl_group&) = delete;
+  void end() {
+    ended_ = true;
+    NCCL_CHECK(ncclGroupEnd());
+  }
+
+ private:
+  bool ended_ = false;
+};
+
 // One rank's communicator. Every use of comm_ holds mutex_: abort() comes
 // from the reducer's thread and ncclCommAbort frees the communicator. All
 // NCCL calls are non-blocking, so the lock is held only briefly.
@@ -91,24 +110,14 @@ class nccl_driver final : public collective_driver {
     const std::size_t ranks = buffers.empty() ? 0 : chunks.size() / buffers.size();
     for (std::size_t i = 0; i < buffers.size(); ++i) {
       const std::span<float> b = buffers[i];
-      NCCL_CHECK(ncclGroupStart());
-      // ncclGroupEnd must follow ncclGroupStart also when a call throws; its
-      // own failure counts like any other.
-      bool ended = false;
-      struct group_end {
-        bool& ended;
-        ~group_end() {
-          if (!ended) ncclGroupEnd();
-        }
-      } end_group{ended};
+      nccl_group group;
       for (std::size_t k = 0; k < ranks; ++k) {
         const auto [begin, end] = chunks[i * ranks + k];
         if (end > begin)
           NCCL_CHECK(ncclBroadcast(b.data() + begin, b.data() + begin, end - begin, ncclFloat, static_cast<int>(k),
                                    comm_, stream_));
       }
-      ended = true;
-      NCCL_CHECK(ncclGroupEnd());
+      group.end();
       settle();
     }
     record_done();
@@ -138,20 +147,12 @@ class nccl_driver final : public collective_driver {
       tree_table_ = device_buffer<unsigned char>(table_bytes);
     }
     auto* pointers = reinterpret_cast<float**>(tree_table_host_.data());
-    NCCL_CHECK(ncclGroupStart());
-    bool ended = false;
-    struct group_end {
-      bool& ended;
-      ~group_end() {
-        if (!ended) ncclGroupEnd();
-      }
-    } end_group{ended};
+    nccl_group group;
     for (std::size_t i = 0, f = 0; i < parts; ++i) {
       pointers[i] = own[i] != nullptr ? own[i] : tree_scratch_.data() + f++ * n;
       NCCL_CHECK(ncclBroadcast(pointers[i], pointers[i], n, ncclFloat, roots[i], comm_, stream_));
     }
-    ended = true;
-    NCCL_CHECK(ncclGroupEnd());
+    group.end();
     settle();
     std::memcpy(tree_table_host_.data() + parts * sizeof(float*), steps.data(), steps.size() * sizeof(tree_step));
     CUDA_CHECK(cudaMemcpyAsync(tree_table_.data(), tree_table_host_.data(), table_bytes, cudaMemcpyHostToDevice, stream_));

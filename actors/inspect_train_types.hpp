@@ -16,7 +16,7 @@ namespace dpactor {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_shard& x) {
   return f(caf::meta::type_name("step_shard"), x.step, x.epoch, x.indices, x.slice_rows, x.first_slice, x.last_slice,
-           x.schedule_position, x.lr_override, x.slice_count);
+           x.schedule_position, x.lr_override, x.slice_count, x.own_slices);
 }
 
 template <class Inspector>

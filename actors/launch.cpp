@@ -519,6 +519,7 @@ reducer_setup make_reducer_setup(const job_config& config, const launch_plan& pl
     if (f.kind == fault_kind::join || f.kind == fault_kind::leave) rs.membership_faults.push_back(f);
     if (f.kind == fault_kind::crash && f.target == crash_target::reducer) rs.crash_at = f.step - 1;
   }
+  if (plan.rounds) rs.logical_workers = static_cast<std::size_t>(plan.shape.workers);
   return rs;
 }
 

@@ -7,6 +7,7 @@
 #include "train/issued_records.hpp"
 #include "train/issued_steps.hpp"
 #include "train/straggler.hpp"
+#include "train/worker_placement.hpp"
 #include <dpactor/error.hpp>
 
 namespace dpactor {
@@ -180,6 +181,9 @@ void issue_message(loader_ptr self) {
           st.setup.rounds ? static_cast<std::size_t>(st.setup.rounds->slices(static_cast<std::int64_t>(indices.size())))
                           : (indices.size() + slice_rows - 1) / slice_rows;
       const auto sizes = split_by_weight(slices, weights, rotation);
+      // A round's workers stay on their nodes (See Note [Worker placement]).
+      const auto placed = st.plan.worker_node.empty() ? std::vector<std::vector<std::uint32_t>>{}
+                          : worker_slices(st.plan.member_node, st.plan.worker_node, weights, rotation, slices);
       const auto board = std::make_shared<slice_board>(slices, st.setup.steal_slices);
       const auto shared = std::make_shared<const std::vector<std::uint32_t>>(indices.begin(), indices.end());
       std::uint32_t first = 0;
@@ -188,6 +192,7 @@ void issue_message(loader_ptr self) {
         step_shard& shard = out[r].steps.emplace_back(step_shard{step, epoch, {}, slice_rows, first, last, board,
                                                                  position, st.lr_override, rows,
                                                                  static_cast<std::uint32_t>(slices)});
+        if (!placed.empty()) shard.own(placed[r]);
         // See step_shard::shared_indices: a copy only for another process.
         if (members[r].node() == self->node()) shard.shared_indices = shared;
         else shard.indices = *shared;

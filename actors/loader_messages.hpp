@@ -22,11 +22,16 @@ struct generation_plan {
   // A state snapshot the new generation's first member must send right after
   // adopting the state (the final checkpoint's, lost with a member); -2: none.
   std::int64_t snapshot_step = -2;
+  // Round modes: the node of each member (rank order) and of each logical
+  // worker, by the nodes' order of first appearance among the members (See
+  // Note [Worker placement]); empty otherwise.
+  std::vector<std::int32_t> member_node;
+  std::vector<std::int32_t> worker_node;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, generation_plan& x) {
   return f(caf::meta::type_name("generation_plan"), x.generation, x.reducer, x.members, x.state_source, x.group,
-           x.snapshot_step);
+           x.snapshot_step, x.member_node, x.worker_node);
 }
 
 // ---- steering: reducer -> loader --------------------------------------------

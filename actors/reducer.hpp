@@ -80,6 +80,10 @@ struct reducer_setup {
   std::vector<fault_spec> remote_device_faults;
   std::optional<std::int64_t> crash_at;       // fault spec crash:reducer@S: throw as this step commits
   std::chrono::steady_clock::time_point started;
+  // Round modes: the logical workers (sync.workers resolved), placed on the
+  // members' processes at each generation (See Note [Worker placement]);
+  // 0: not a round mode.
+  std::size_t logical_workers = 0;
 };
 
 struct reducer_state {
@@ -100,6 +104,7 @@ struct reducer_state {
   std::map<int, member_handle> devices;  // every device ever spawned, by id
   int next_device_id = 0;
   std::vector<double> sent_shares;
+  std::vector<std::string> worker_owner;  // round modes: each logical worker's node (See Note [Worker placement])
 
   std::map<std::int64_t, pending_checkpoint> checkpoints;
   std::optional<work_done_msg> work;  // the loader has issued its last step

@@ -10,6 +10,7 @@
 #include "actors/reducer.hpp"
 #include <dpactor/error.hpp>
 #include "actors/log.hpp"
+#include "train/worker_placement.hpp"
 
 namespace dpactor {
 namespace {
@@ -185,6 +186,31 @@ void on_suspend_reply(reducer_ptr self, std::int64_t generation, int id, std::op
   check_recovery_complete(self);
 }
 
+namespace {
+
+// See Note [Worker placement]: the nodes are the members' processes, in the
+// order the members name them first.
+void place_logical_workers(reducer_state& st) {
+  std::vector<placement_node> nodes;
+  st.plan.member_node.clear();
+  for (const device_actor& a : st.plan.members) {
+    const std::string name = caf::to_string(a.node());
+    auto it = std::find_if(nodes.begin(), nodes.end(), [&](const placement_node& n) { return n.name == name; });
+    if (it == nodes.end()) it = nodes.insert(nodes.end(), placement_node{name, 0});
+    ++it->devices;
+    st.plan.member_node.push_back(static_cast<std::int32_t>(it - nodes.begin()));
+  }
+  const worker_placement placed = place_workers(st.setup.logical_workers, nodes, st.worker_owner);
+  st.plan.worker_node.clear();
+  for (const std::string& owner : placed.owner)
+    st.plan.worker_node.push_back(static_cast<std::int32_t>(
+        std::find_if(nodes.begin(), nodes.end(), [&](const placement_node& n) { return n.name == owner; }) -
+        nodes.begin()));
+  st.worker_owner = placed.owner;
+}
+
+}  // namespace
+
 void form_generation(reducer_ptr self, std::int32_t state_source) {
   auto& st = self->state;
   const auto now = clock_type::now();
@@ -206,6 +232,7 @@ void form_generation(reducer_ptr self, std::int32_t state_source) {
     e.actor_ids.push_back(h.actor.id());
   }
   st.plan.state_source = state_source;
+  if (st.setup.logical_workers > 0) place_logical_workers(st);
   st.plan.group = st.setup.make_group(ids, st.plan.generation);
   st.book->start_generation(st.plan.generation, ids.size(), now);
   st.sent_shares.clear();

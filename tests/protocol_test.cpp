@@ -68,6 +68,12 @@ TEST(Protocol, MessagesCrossASerializerUnchanged) {
   ASSERT_EQ(s.steps.size(), 2u);
   EXPECT_EQ(s.steps[0].indices, (std::vector<std::uint32_t>{5, 9, 2}));
   EXPECT_EQ(s.steps[1].step, 4);
+  step_shard round{5, 0, {1, 2}, 1, 0, 0, nullptr};
+  const std::vector<std::uint32_t> workers{0, 2};  // not a run: travels as a list (See Note [Worker placement])
+  round.own(workers);
+  const shard_msg rounds = round_trip(sys, shard_msg{7, {round}});
+  ASSERT_EQ(rounds.steps.size(), 1u);
+  EXPECT_EQ(rounds.steps[0].own_slices, workers);
 
   step_record r{12, 2, 3.5, 40, 64, 99, 7, {0.25f}, {64.0f}, {0.0f}};
   const steps_done_msg d = round_trip(sys, steps_done_msg{3, 0, {r}});
@@ -81,9 +87,10 @@ TEST(Protocol, MessagesCrossASerializerUnchanged) {
   EXPECT_EQ(w.position.front, (std::vector<std::uint32_t>{3, 4}));
 
   group_ticket ticket{"gloo", 4, "store/4", nullptr};
-  const generation_plan p = round_trip(sys, generation_plan{4, {}, {}, 1, ticket, -2});
+  const generation_plan p = round_trip(sys, generation_plan{4, {}, {}, 1, ticket, -2, {0, 1}, {0, 0, 1}});
   EXPECT_EQ(p.group.rendezvous_id, "store/4");
   EXPECT_EQ(p.state_source, 1);
+  EXPECT_EQ(p.worker_node, (std::vector<std::int32_t>{0, 0, 1}));
 
   join_msg j;
   j.node = "W";

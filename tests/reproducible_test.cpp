@@ -3,13 +3,14 @@
 // give byte-identical model.safetensors and optimizer.safetensors with 1 to 4
 // replicas, a slow replica, a failed one, a hung one, a join, a leave, a
 // resume from step 150, and a run stopped by SIGINT at a random step and
-// resumed. The runs are the dpactor program's; the test compares the files
+// resumed (the CNN and the round modes, slower a step, run 100 steps, each
+// event at the same fraction of the run). The runs are the dpactor program's; the test compares the files
 // itself. Each case runs with the default slice (train.micro_batch 64: two
 // slices a step) and with slices of 16 (eight a step, so that stealing and
 // uneven trees happen), and on the libtorch replica with the CNN of
 // configs/cnn.cfg (slices of 16, four a step); and in the round modes
-// (local_sgd with the int8 codec: 300 rounds of H = 2; streaming diloco
-// with the bf16 codec and 2 fragments: 300 steps of one inner step; 4
+// (diloco with the int8 codec and the delay: 100 rounds of H = 2; streaming
+// diloco with the bf16 codec and 2 fragments: 100 steps of one inner step; 4
 // logical workers),
 // whose checkpoints also hold the workers' inner states, residuals and own
 // parameters (workers.safetensors, compared through the resumed runs' final
@@ -18,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <cstdio>
 #include <random>
 #include <thread>
 
@@ -30,15 +32,23 @@ namespace fs = std::filesystem;
 
 const std::string dataset = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz";
 
+// A checkpoint's directory name: step-00000150.
+std::string step_directory(int step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%08d", step);
+  return name;
+}
+
 // A case: the job's config (configs/mlp.cfg, or configs/cnn.cfg on the
 // libtorch replica) and the slice.
 struct job_case {
   std::string config;
   int micro_batch = 64;
-  std::string mode = "every_step";  // sync.mode: the round modes run 300 rounds of 4 logical workers, H = 2
+  std::string mode = "every_step";  // sync.mode: the round modes run rounds of 4 logical workers, H = 2
   std::string codec = "fp32";       // sync.codec of the round modes
   int fragments = 1;                // sync.fragments (a step is then H / P inner steps)
   int delay = 0;                    // sync.delay
+  int steps = 300;                  // the run's steps; the events fall at the same fractions of it
 };
 
 class SameBytes : public ::testing::TestWithParam<job_case> {
@@ -48,10 +58,10 @@ class SameBytes : public ::testing::TestWithParam<job_case> {
     DPACTOR_SKIP_WITHOUT(GetParam().config == "cnn" ? testing::replica_kind::torch : testing::replica_kind::mlp);
   }
 
-  // The job for 300 steps, with this case's slice, plus `extra`.
+  // The job for the case's steps, with its slice, plus `extra`.
   std::vector<std::string> args(const std::string& name, std::vector<std::string> extra) const {
     std::vector<std::string> a{"--model", std::string(DPACTOR_SOURCE_DIR) + "/configs/" + GetParam().config + ".cfg",
-                               "--quiet", "--checkpoint-dir", name, "--set", "train.max_steps=300", "--set",
+                               "--quiet", "--checkpoint-dir", name, "--set", "train.max_steps=" + std::to_string(steps()), "--set",
                                "train.micro_batch=" + std::to_string(GetParam().micro_batch), "--set",
                                "train.eval_every=0"};
     if (rounds())
@@ -64,8 +74,11 @@ class SameBytes : public ::testing::TestWithParam<job_case> {
   }
 
   bool rounds() const { return GetParam().mode != "every_step"; }
+  int steps() const { return GetParam().steps; }
+  // The step at `fraction` of the run (a fault spec's step, a checkpoint's).
+  std::string at(double fraction) const { return std::to_string(static_cast<int>(steps() * fraction)); }
 
-  // Runs to step 300 and returns the two files' bytes.
+  // Runs to the last step and returns the two files' bytes.
   std::string run(const std::string& name, std::vector<std::string> extra) {
     const auto r = testing::run_cli(args(name, std::move(extra)), dir_.path());
     EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -73,8 +86,8 @@ class SameBytes : public ::testing::TestWithParam<job_case> {
   }
 
   std::string final_bytes(const std::string& name) const {
-    const fs::path step = dir_ / name / "step-00000300";
-    if (!fs::exists(step)) return "no checkpoint at step 300 in " + name;
+    const fs::path step = dir_ / name / step_directory(steps());
+    if (!fs::exists(step)) return "no checkpoint at step " + std::to_string(steps()) + " in " + name;
     return testing::read_text(step / "model.safetensors") + testing::read_text(step / "optimizer.safetensors");
   }
 
@@ -107,33 +120,36 @@ TEST_P(SameBytes, AReplicaThreeTimesSlower) {
 }
 
 TEST_P(SameBytes, AFailedReplica) {
-  expect_same_bytes(run("fail", {"--cpus", "3", "--inject", "fail:1@150"}), quiet(), "fail:1@150");
+  const std::string spec = "fail:1@" + at(0.5);
+  expect_same_bytes(run("fail", {"--cpus", "3", "--inject", spec}), quiet(), spec);
 }
 
 TEST_P(SameBytes, AHungReplica) {
-  expect_same_bytes(run("hang", {"--cpus", "3", "--inject", "hang:1@150", "--set", "cluster.hang_timeout_s=0.5"}),
-                    quiet(), "hang:1@150");
+  const std::string spec = "hang:1@" + at(0.5);
+  expect_same_bytes(run("hang", {"--cpus", "3", "--inject", spec, "--set", "cluster.hang_timeout_s=0.5"}), quiet(), spec);
 }
 
 TEST_P(SameBytes, AReplicaThatJoins) {
-  expect_same_bytes(run("join", {"--cpus", "2", "--inject", "join:cpu@100"}), quiet(), "join:cpu@100");
+  const std::string spec = "join:cpu@" + at(1.0 / 3);
+  expect_same_bytes(run("join", {"--cpus", "2", "--inject", spec}), quiet(), spec);
 }
 
 TEST_P(SameBytes, AReplicaThatLeaves) {
-  expect_same_bytes(run("leave", {"--cpus", "3", "--inject", "leave:1@100"}), quiet(), "leave:1@100");
+  const std::string spec = "leave:1@" + at(1.0 / 3);
+  expect_same_bytes(run("leave", {"--cpus", "3", "--inject", spec}), quiet(), spec);
 }
 
-TEST_P(SameBytes, AResumeFromItsOwnStep150Checkpoint) {
-  const std::string first = run("first", {"--cpus", "2", "--checkpoint-every", "150"});
+TEST_P(SameBytes, AResumeFromItsOwnMidRunCheckpoint) {
+  const std::string first = run("first", {"--cpus", "2", "--checkpoint-every", at(0.5)});
   expect_same_bytes(first, quiet(), "the run that wrote the checkpoint");
-  ASSERT_TRUE(fs::exists(dir_ / "first" / "step-00000150"));
-  expect_same_bytes(run("resumed", {"--cpus", "3", "--resume", "first/step-00000150"}), quiet(),
-                    "resumed from step 150 on 3 replicas");
+  const std::string middle = "first/" + step_directory(std::stoi(at(0.5)));
+  ASSERT_TRUE(fs::exists(dir_ / middle));
+  expect_same_bytes(run("resumed", {"--cpus", "3", "--resume", middle}), quiet(), "resumed from " + middle + " on 3 replicas");
 }
 
 TEST_P(SameBytes, ARunStoppedBySigintAtARandomStepAndResumed) {
   std::random_device seed;
-  const int at = std::uniform_int_distribution<int>(5, 280)(seed);
+  const int at = std::uniform_int_distribution<int>(5, steps() - 20)(seed);
   SCOPED_TRACE("SIGINT once step " + std::to_string(at) + " is reported");
   auto a = args("stopped", {"--cpus", "2", "--metrics", "m.jsonl", "--set", "train.log_every=1"});
   testing::cli_process child(a, dir_.path());
@@ -152,9 +168,10 @@ TEST_P(SameBytes, ARunStoppedBySigintAtARandomStepAndResumed) {
 
 // The CNN's steps are 64 samples: slices of 16 give four to share.
 INSTANTIATE_TEST_SUITE_P(Slices, SameBytes,
-                         ::testing::Values(job_case{"mlp", 64}, job_case{"mlp", 16}, job_case{"cnn", 16},
-                                           job_case{"mlp", 64, "diloco", "int8", 1, 1},
-                                           job_case{"mlp", 64, "diloco", "bf16", 2}),
+                         ::testing::Values(job_case{"mlp", 64}, job_case{"mlp", 16},
+                                           job_case{"cnn", 16, "every_step", "fp32", 1, 0, 100},
+                                           job_case{"mlp", 64, "diloco", "int8", 1, 1, 100},
+                                           job_case{"mlp", 64, "diloco", "bf16", 2, 0, 100}),
                          [](const auto& info) {
                            if (info.param.mode != "every_step")
                              return info.param.config + "_" + info.param.mode + "_" + info.param.codec +

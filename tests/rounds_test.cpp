@@ -74,6 +74,23 @@ TEST(LogicalWorkerStore, ARoundReadsTheStateItsWorkerWroteForTheRoundBefore) {
   EXPECT_THROW(store.read(0, 2), std::logic_error) << "a state no longer kept is an error, not the initial state";
 }
 
+TEST(LogicalWorkerStore, AProcessReadsOnlyTheWorkersItHolds) {
+  // Across processes a store holds its node's workers (See Note [Worker
+  // placement]): another's state is an error, not the first round's state.
+  logical_worker_store store(3, {0.0f});
+  store.write(0, 0, {1.0f});
+  store.write(2, 0, {2.0f});
+  EXPECT_TRUE(store.holds(1));
+  const std::vector<std::size_t> mine{0, 1};
+  store.hold_only(mine);
+  EXPECT_TRUE(store.holds(0));
+  EXPECT_FALSE(store.holds(2));
+  EXPECT_EQ(store.read(0, 1), (std::vector<float>{1.0f}));
+  EXPECT_EQ(store.read(1, 1), (std::vector<float>{0.0f})) << "a held worker that has not run starts from the first state";
+  EXPECT_THROW(store.read(2, 0), std::logic_error);
+  EXPECT_THROW(store.read(2, 1), std::logic_error);
+}
+
 // The plain loop: `rounds` rounds of K workers, H inner steps each.
 struct reference_run {
   std::vector<float> global, outer_slot;

@@ -26,8 +26,23 @@ std::vector<float> logical_worker_store::read_all(std::int64_t round) const {
   return out;
 }
 
+bool logical_worker_store::holds(std::size_t k) const {
+  const std::lock_guard lock(mutex_);
+  return states_.at(k).held;
+}
+
+void logical_worker_store::hold_only(std::span<const std::size_t> workers) {
+  const std::lock_guard lock(mutex_);
+  std::vector<bool> keep(states_.size(), false);
+  for (const std::size_t k : workers) keep.at(k) = true;
+  for (std::size_t k = 0; k < states_.size(); ++k)
+    if (!keep[k]) states_[k] = kept{{}, false, false};
+}
+
 std::vector<float> logical_worker_store::read(std::size_t k, std::int64_t round) const {
   const std::lock_guard lock(mutex_);
+  if (!states_.at(k).held)
+    throw std::logic_error("logical worker " + std::to_string(k) + " is not held by this process (another node runs it)");
   const auto& rounds = states_.at(k).rounds;
   const auto it = rounds.lower_bound(round);  // the first at or after `round`
   if (it != rounds.begin()) return std::prev(it)->second;

@@ -42,7 +42,10 @@
 // of an ended generation that finishes its round late (a hung one released by
 // the abort): a write never removes a newer round. The store keeps the last
 // few rounds' states, enough for any round a new generation can restart from
-// (a survivor is at most one round behind another).
+// (a survivor is at most one round behind another). A store holds every
+// worker in one process; across processes each holds its own node's (See
+// Note [Worker placement]), and reading another's is a logic error, never
+// a quiet start from the first round's state.
 //
 // Note [Delayed rounds]
 // sync.delay = 1 (PCCL's one-round-late application): the exchange of round
@@ -93,6 +96,12 @@ class logical_worker_store {
   logical_worker_store(std::size_t workers, std::span<const float> initial, std::int64_t first_round);
 
   std::size_t workers() const noexcept { return states_.size(); }
+  // Whether this process holds worker k's state (every worker, unless
+  // hold_only said otherwise).
+  bool holds(std::size_t k) const;
+  // This process holds only `workers` (the placement's for its node): the
+  // others' states are dropped, and reading them throws std::logic_error.
+  void hold_only(std::span<const std::size_t> workers);
   // Worker k's state at the start of round `round`.
   std::vector<float> read(std::size_t k, std::int64_t round) const;
   // Every worker's state at the start of round `round`, worker after worker
@@ -112,6 +121,7 @@ class logical_worker_store {
   struct kept {
     std::map<std::int64_t, std::vector<float>> rounds;  // the state after each round
     bool pruned = false;  // older rounds were dropped
+    bool held = true;     // this process holds the worker
   };
   std::vector<kept> states_;
 };

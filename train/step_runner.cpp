@@ -165,8 +165,9 @@ step_runner::computed step_runner::compute_slices(const step_shard& shard, repli
   // See Note [Stealing slices]: own slices in order, then whatever is left.
   // A shard from another process has no board (none is shared there): its
   // own slices only.
-  for (std::size_t s = shard.first_slice; s < shard.last_slice; ++s)
+  shard.for_each_owned([&](std::uint32_t s) {
     if (!shard.board || shard.board->claim(s)) compute(s);
+  });
   if (shard.board && shard.board->stealing())
     while (const auto s = shard.board->steal()) compute(*s);
   c.done = static_cast<std::size_t>(c.stats.samples);

@@ -68,4 +68,47 @@ worker_placement place_workers(std::size_t workers, std::span<const placement_no
   return out;
 }
 
+// See Note [Worker placement]: a node's workers, split over its members.
+std::vector<std::vector<std::uint32_t>> worker_slices(std::span<const std::int32_t> node_of_member,
+                                                      std::span<const std::int32_t> node_of_worker,
+                                                      std::span<const double> weights, std::size_t rotation,
+                                                      std::size_t slices) {
+  if (weights.size() != node_of_member.size())
+    throw std::invalid_argument("worker_slices: " + std::to_string(weights.size()) + " weights for " +
+                                std::to_string(node_of_member.size()) + " members");
+  if (slices > node_of_worker.size())
+    throw std::invalid_argument("worker_slices: a round of " + std::to_string(slices) + " slices for " +
+                                std::to_string(node_of_worker.size()) + " workers");
+  std::vector<std::vector<std::uint32_t>> out(node_of_member.size());
+  std::vector<bool> done(node_of_worker.size(), false);
+  for (std::size_t k = 0; k < slices; ++k) {
+    if (done[k]) continue;
+    const std::int32_t node = node_of_worker[k];
+    std::vector<std::uint32_t> workers;
+    for (std::size_t j = k; j < slices; ++j)
+      if (node_of_worker[j] == node) {
+        workers.push_back(static_cast<std::uint32_t>(j));
+        done[j] = true;
+      }
+    std::vector<std::size_t> members;
+    std::vector<double> shares;
+    for (std::size_t r = 0; r < node_of_member.size(); ++r)
+      if (node_of_member[r] == node) {
+        members.push_back(r);
+        shares.push_back(weights[r]);
+      }
+    if (members.empty())
+      throw std::invalid_argument("worker_slices: logical worker " + std::to_string(k) + " is on node " +
+                                  std::to_string(node) + ", which has no member");
+    const std::vector<std::size_t> sizes = split_by_weight(workers.size(), shares, rotation % members.size());
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      out[members[i]].assign(workers.begin() + static_cast<std::ptrdiff_t>(at),
+                             workers.begin() + static_cast<std::ptrdiff_t>(at + sizes[i]));
+      at += sizes[i];
+    }
+  }
+  return out;
+}
+
 }  // namespace dpactor

@@ -1,8 +1,10 @@
 #pragma once
 // Which process runs each logical worker when the round modes run across
 // processes (docs/plans/rounds-across-processes.md, section 1). Pure logic:
-// nothing here knows of actors or sockets. Not used by the engine yet: the
-// round modes run in one process, whose store holds every worker.
+// nothing here knows of actors or sockets. The reducer places the workers
+// on nodes at each generation, the loader splits each node's workers over
+// its members at each round (worker_slices); in one process there is one
+// node, whose store holds every worker.
 //
 // Note [Worker placement]
 // In one process any device can run any logical worker, because the
@@ -20,8 +22,15 @@
 //   device above its share, that node's highest-numbered worker first,
 //   until it has its share or no node is above its own.
 // The same inputs give the same placement on every process.
+// Inside a node the workers move freely, since its devices share its store:
+// each round, the node's workers (those the round has: a short round may
+// have fewer slices than workers) are split over the node's members in
+// contiguous runs by throughput, the loader's split, rotated by the step
+// inside the node (worker_slices). With one node this is the split of every
+// round's slices over the members that the loader makes in every_step.
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
@@ -50,5 +59,15 @@ struct worker_placement {
 // without nodes or with a node of no devices.
 worker_placement place_workers(std::size_t workers, std::span<const placement_node> nodes,
                                std::span<const std::string> previous);
+
+// Each member's logical workers in a round of `slices` slices (See Note
+// [Worker placement]): member r is on node node_of_member[r], worker k on
+// node node_of_worker[k]; `weights` are the members' shares (rank order),
+// `rotation` the step. Throws std::invalid_argument when a node holding
+// one of the round's workers has no member, or the sizes disagree.
+std::vector<std::vector<std::uint32_t>> worker_slices(std::span<const std::int32_t> node_of_member,
+                                                      std::span<const std::int32_t> node_of_worker,
+                                                      std::span<const double> weights, std::size_t rotation,
+                                                      std::size_t slices);
 
 }  // namespace dpactor

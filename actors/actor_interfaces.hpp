@@ -35,6 +35,7 @@ struct late_msg;
 struct steps_done_msg;
 struct evaluated_msg;
 struct state_msg;
+struct worker_states_msg;
 struct device_failed_msg;
 struct step_aborted_msg;
 struct committed_msg;
@@ -75,7 +76,8 @@ using reducer_actor = caf::typed_actor<
     caf::reacts_to<start_atom>, caf::reacts_to<tick_atom>, caf::reacts_to<stop_atom>,
     // from devices
     caf::reacts_to<steps_done_msg>, caf::reacts_to<shard_cut_msg>, caf::reacts_to<late_msg>,
-    caf::reacts_to<evaluated_msg>, caf::reacts_to<state_msg>, caf::reacts_to<device_failed_msg>,
+    caf::reacts_to<evaluated_msg>, caf::reacts_to<state_msg>, caf::reacts_to<worker_states_msg>,
+    caf::reacts_to<device_failed_msg>,
     caf::reacts_to<step_aborted_msg>, caf::replies_to<trained_event>::with<std::int64_t>,
     // from the loader
     caf::reacts_to<ledger_snapshot_msg>, caf::reacts_to<epoch_ledger_msg>, caf::reacts_to<work_done_msg>,

@@ -108,9 +108,16 @@ coordinator_role::coordinator_role(caf::actor_system& system, const coordinator_
   auto book = st.book;
   coordinator_setup setup;
   setup.version = options.version;
-  setup.config_text = dump_job_config(config);
+  // The round modes' logical workers are counted once, here (sync.workers =
+  // 0: the devices the run starts with, which a worker cannot know): the
+  // workers get the number in the config, and it is part of the job's
+  // identity.
+  job_config resolved = config;
+  if (plan.rounds) resolved.sync.workers = plan.shape.workers;
+  setup.config_text = dump_job_config(resolved);
   setup.store = st.store;
-  setup.on_join = [book, nodes = st.nodes, identity = job_identity(config),
+  setup.on_join = [book, nodes = st.nodes, identity = job_identity(resolved),
+                   rounds = plan.rounds ? sync_mode_name(config.sync.mode) : std::string(),
                    fingerprint = data_fingerprint(*plan.data.train, *plan.data.test),
                    gpu_job = !config.cluster.gpus.empty()](const join_msg& msg) -> std::string {
     if (const std::string d = first_difference(identity, msg.job_identity, "coordinator", "worker"); !d.empty())
@@ -125,6 +132,12 @@ coordinator_role::coordinator_role(caf::actor_system& system, const coordinator_
       book->changed.notify_all();
       return "";
     }
+    // See Note [Worker placement]: a newcomer would take logical workers
+    // from the other processes, with their states (not built yet).
+    if (!rounds.empty())
+      return "the run trains in rounds (sync.mode = \"" + rounds +
+             "\"), whose logical workers cannot move between processes in this version: a worker process joins "
+             "before training starts (--wait-devices, --wait-workers)";
     if (!nodes->add(msg.node_actor)) return "the run is over";
     if (book->reducer) caf::anon_send(book->reducer, joined_devices(msg));
     else book->early.push_back(joined_devices(msg));

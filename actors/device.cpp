@@ -31,6 +31,36 @@ std::vector<float> checkpoint_state(const device_setup& setup, std::int64_t last
   return state;
 }
 
+// Note [A checkpoint's logical workers]
+// In the round modes a checkpoint holds every logical worker's state (See
+// Note [Logical workers]), and across processes each process holds only its
+// node's (See Note [Worker placement]). So no member can send them all:
+// every member sends the states after the round of the workers it ran in it
+// (written by itself, so read after its own writes, also the ones it stole),
+// and each node's first member also those of its node's workers that the
+// round gave nobody (a short round's, unwritten in it) or, for a step issued
+// in an earlier generation, all of its node's (the loader says which:
+// snapshot_msg::workers). The reducer keeps one state a worker and writes the
+// checkpoint once it has all of them and the replica's, in worker order.
+void send_worker_states(device_ptr self, std::int64_t step, std::span<const std::uint32_t> also) {
+  auto& st = self->state;
+  worker_states_msg msg{step, {}, {}, {}};
+  if (st.runner->computed_step() == step)
+    msg.workers.assign(st.runner->computed_slices().begin(), st.runner->computed_slices().end());
+  msg.workers.insert(msg.workers.end(), also.begin(), also.end());
+  try {
+    for (const std::uint32_t k : msg.workers) {
+      const std::vector<float> one = st.setup->workers->store().read(k, step + 1);
+      msg.states.insert(msg.states.end(), one.begin(), one.end());
+    }
+  } catch (const std::exception& e) {
+    msg.workers.clear();
+    msg.states.clear();
+    msg.error = st.setup->name + ": " + e.what();
+  }
+  self->send(st.reducer, std::move(msg));
+}
+
 void report_failure(device_ptr self, std::int64_t step, const std::string& what) {
   auto& st = self->state;
   device_failed_msg msg{st.generation, step, st.rank, what, st.last_step, {}};
@@ -172,6 +202,12 @@ device_actor::behavior_type device_behavior(device_ptr self, std::shared_ptr<dev
         st.group = msg.group.local;
         st.halted = false;
         st.setup->control->progress.mark(device_phase::data, st.last_step + 1);
+        if (st.setup->workers && !msg.worker_node.empty()) {  // See Note [Worker placement]
+          std::vector<std::size_t> mine;
+          for (std::size_t k = 0; k < msg.worker_node.size(); ++k)
+            if (msg.worker_node[k] == msg.node) mine.push_back(k);
+          st.setup->workers->setup().store->hold_only(mine);
+        }
         try {
           if (!st.group && st.setup->remote_group) st.group = st.setup->remote_group(msg.group, msg.size);
           if (!st.group) throw std::logic_error("a generation without a collective group (backend " + msg.group.backend + ")");
@@ -255,14 +291,23 @@ device_actor::behavior_type device_behavior(device_ptr self, std::shared_ptr<dev
       [self](const snapshot_msg& msg) {
         auto& st = self->state;
         if (msg.generation != st.generation || !st.group || st.group->aborted()) return;
+        if (st.setup->workers) {  // See Note [A checkpoint's logical workers]
+          send_worker_states(self, msg.step, msg.workers);
+          if (st.rank == 0) self->send(st.reducer, state_msg{msg.step, st.setup->model->export_state()});
+          return;
+        }
         self->send(st.reducer, state_msg{msg.step, checkpoint_state(*st.setup, msg.step)});
       },
       [](const finish_msg&) {
         // Nothing more will come in this generation; the engine ends the actor.
       },
       [self](suspend_atom) -> std::int64_t { return self->state.last_step; },
-      [self](state_atom) {
-        return state_msg{self->state.last_step, checkpoint_state(*self->state.setup, self->state.last_step)};
+      [self](state_atom) -> caf::result<state_msg> {
+        try {
+          return state_msg{self->state.last_step, checkpoint_state(*self->state.setup, self->state.last_step)};
+        } catch (const std::exception& e) {  // across processes another node holds some logical workers
+          return caf::make_error(caf::sec::runtime_error, e.what());
+        }
       },
       [self](const inject_msg& msg) { self->state.runner->add_fault(parse_fault_spec(msg.spec)); },
       [self](const params_request& req) {

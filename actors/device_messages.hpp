@@ -38,11 +38,16 @@ struct begin_generation_msg {
   std::int32_t size = 0;
   std::int32_t state_source = 0;
   group_ticket group;
+  // Round modes: the member's node and each logical worker's; its process
+  // holds its node's workers (See Note [Worker placement]). -1 and empty
+  // otherwise.
+  std::int32_t node = -1;
+  std::vector<std::int32_t> worker_node;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, begin_generation_msg& x) {
   return f(caf::meta::type_name("begin_generation_msg"), x.generation, x.reducer, x.rank, x.size, x.state_source,
-           x.group);
+           x.group, x.node, x.worker_node);
 }
 
 // ---- work: loader -> device -------------------------------------------------
@@ -71,13 +76,19 @@ typename Inspector::result_type inspect(Inspector& f, evaluate_msg& x) {
   return f(caf::meta::type_name("evaluate_msg"), x.generation, x.epoch, x.step, x.begin, x.end, x.epoch_end);
 }
 
+// The first member sends the replica's state (state_msg). In the round
+// modes every member sends the states of the logical workers it ran in the
+// step, and of `workers` besides (worker_states_msg): its node's that the
+// step gave nobody, or all of its node's when the step is not the last it
+// ran (See Note [A checkpoint's logical workers]).
 struct snapshot_msg {
   std::int64_t generation = 0;
   std::int64_t step = 0;  // send the state after this step
+  std::vector<std::uint32_t> workers;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, snapshot_msg& x) {
-  return f(caf::meta::type_name("snapshot_msg"), x.generation, x.step);
+  return f(caf::meta::type_name("snapshot_msg"), x.generation, x.step, x.workers);
 }
 
 struct finish_msg {

@@ -179,24 +179,29 @@ void load_initial_state(const job_config& config, const run_options& options, la
   plan.initial_state = std::make_shared<const std::vector<float>>(std::move(state));
 }
 
-// The round modes' plan, before the state layout (See Note [Logical workers]).
-void plan_rounds(const job_config& config, const run_options& options, int replicas, launch_plan& plan) {
+// The round modes' plan, before the state layout (See Note [Logical
+// workers]); `devices`: the devices the run starts with (a coordinator's
+// include the ones it waits for), one logical worker each by default.
+void plan_rounds(const job_config& config, const run_options& options, int devices, launch_plan& plan) {
   const sync_config& s = config.sync;
   const std::string mode = sync_mode_name(s.mode);
-  if (options.coordinator)
-    throw config_error(config.source + ": sync.mode = \"" + mode + "\" trains in one process only in this version: "
-                       "across processes (--coordinator, --join) use sync.mode = \"every_step\"");
+  // See Note [Worker placement]: each process holds its own workers' states,
+  // which a resume would have to send to the workers (not built yet).
+  if (options.coordinator && !options.resume_from.empty())
+    throw config_error(config.source + ": sync.mode = \"" + mode + "\" across processes resumes only in one process "
+                       "in this version (each worker process would start its logical workers from the first round's "
+                       "state): resume without --coordinator, on as many devices as you like");
   if (options.torch_model)
     throw config_error("run_options::torch_model: sync.mode = \"" + mode + "\" runs on native MLP replicas only in "
                        "this version");
   plan.shape.every = s.every / s.fragments;  // with fragments a step is 1/P of a round (See Note [Fragments])
-  plan.shape.workers = s.workers > 0 ? s.workers : replicas;
+  plan.shape.workers = s.workers > 0 ? s.workers : devices;
   plan.shape.batch = config.train.batch_size;
   plan.shape.fragments = s.fragments;
   if (config.train.batch_size % plan.shape.workers != 0)
     throw config_error(config.source + ": train.batch_size = " + std::to_string(config.train.batch_size) +
                        " does not split evenly over " + std::to_string(plan.shape.workers) +
-                       " logical workers (sync.workers = 0: one per replica): each worker's inner step takes "
+                       " logical workers (sync.workers = 0: one per device the run starts with): each worker's inner step takes "
                        "train.batch_size / sync.workers samples; set sync.workers");
   // local_sgd averages the workers' weights: the outer step global - 1 x the
   // mean pseudo-gradient.
@@ -352,7 +357,7 @@ launch_plan prepare_launch(const job_config& config, const run_options& options,
   plan.blas_threads = config.cluster.blas_threads > 0 ? static_cast<int>(config.cluster.blas_threads)
                       : config.train.reproducible     ? 1
                                                       : std::max(1, hardware_cores() / replicas);
-  if (config.sync.rounds()) plan_rounds(config, options, replicas, plan);
+  if (config.sync.rounds()) plan_rounds(config, options, starting, plan);
   else if (options.torch_model && config.sync.codec == sync_codec::bf16)
     throw config_error("run_options::torch_model: sync.codec = \"bf16\" runs on native MLP replicas only in this "
                        "version (a torch model's buffers travel with its gradients)");

@@ -70,6 +70,34 @@ void mark_snapshot(loader_state& st, std::int64_t step) {
   st.source->mark_snapshot(step);
 }
 
+// Asks the members for the state after `step`: the first member's replica
+// state, and in the round modes every member's logical workers, with each
+// node's first member also sending its node's workers that the step gave
+// nobody, or all of them when the members did not run the step in this
+// generation (See Note [A checkpoint's logical workers]). Only the last
+// step issued is asked for, or a new generation's snapshot_step.
+void send_snapshot(loader_ptr self, std::int64_t step) {
+  auto& st = self->state;
+  const auto& members = st.plan.members;
+  if (st.plan.worker_node.empty()) {
+    self->send(members.at(0), snapshot_msg{st.plan.generation, step, {}});
+    return;
+  }
+  const bool ran = step == st.next_step - 1 && st.issued_generation == st.plan.generation;
+  const std::size_t slices = ran ? st.issued_slices : 0;
+  std::vector<bool> asked(members.size(), false);  // by node: its first member is asked for the rest
+  for (std::size_t r = 0; r < members.size(); ++r) {
+    snapshot_msg msg{st.plan.generation, step, {}};
+    const auto node = static_cast<std::size_t>(st.plan.member_node.at(r));
+    if (!asked.at(node)) {
+      asked[node] = true;
+      for (std::size_t k = slices; k < st.plan.worker_node.size(); ++k)
+        if (st.plan.worker_node[k] == st.plan.member_node[r]) msg.workers.push_back(static_cast<std::uint32_t>(k));
+    }
+    self->send(members[r], std::move(msg));
+  }
+}
+
 void send_ledger_snapshot(loader_ptr self, std::int64_t step) {
   auto& st = self->state;
   self->send(st.reducer, ledger_snapshot_msg{step, st.source->position_after(step)});
@@ -119,7 +147,7 @@ void finish(loader_ptr self, bool evaluated) {
   const auto& members = st.plan.members;
   if (!evaluated) start_evaluation(self, false);
   if (st.setup.checkpoints) {
-    self->send(members.at(0), snapshot_msg{st.plan.generation, last});
+    send_snapshot(self, last);
     if (st.source->in_flight(last))
       mark_snapshot(st, last);
     else
@@ -184,6 +212,8 @@ void issue_message(loader_ptr self) {
       // A round's workers stay on their nodes (See Note [Worker placement]).
       const auto placed = st.plan.worker_node.empty() ? std::vector<std::vector<std::uint32_t>>{}
                           : worker_slices(st.plan.member_node, st.plan.worker_node, weights, rotation, slices);
+      st.issued_slices = slices;
+      st.issued_generation = st.plan.generation;
       const auto board = std::make_shared<slice_board>(slices, st.setup.steal_slices);
       const auto shared = std::make_shared<const std::vector<std::uint32_t>>(indices.begin(), indices.end());
       std::uint32_t first = 0;
@@ -215,7 +245,7 @@ void issue_message(loader_ptr self) {
     }
   }
   for (std::size_t r = 0; r < members.size(); ++r) self->send(members[r], std::move(out[r]));
-  if (snapshot_step) self->send(members.at(0), snapshot_msg{st.plan.generation, *snapshot_step});
+  if (snapshot_step) send_snapshot(self, *snapshot_step);
 }
 
 // A checkpoint asked for from outside: after the last step issued, or, when
@@ -237,7 +267,7 @@ void checkpoint_soon(loader_ptr self) {
     st.last_snapshot_step = last;
     send_ledger_snapshot(self, last);
   }
-  self->send(st.plan.members.at(0), snapshot_msg{st.plan.generation, last});
+  send_snapshot(self, last);
 }
 
 // An idle stream still checkpoints what it trained, checkpoint_every_s
@@ -398,11 +428,14 @@ loader_actor::behavior_type loader_behavior(loader_ptr self, loader_setup setup)
         st.weights.clear();
         st.last_commit_step = -1;
         const auto size = static_cast<std::int32_t>(st.plan.members.size());
-        for (std::int32_t r = 0; r < size; ++r)
-          self->send(st.plan.members[static_cast<std::size_t>(r)],
-                     begin_generation_msg{st.plan.generation, st.reducer, r, size, st.plan.state_source, st.plan.group});
-        if (st.plan.snapshot_step >= -1)
-          self->send(st.plan.members.at(0), snapshot_msg{st.plan.generation, st.plan.snapshot_step});
+        for (std::int32_t r = 0; r < size; ++r) {
+          const auto rank = static_cast<std::size_t>(r);
+          self->send(st.plan.members[rank],
+                     begin_generation_msg{st.plan.generation, st.reducer, r, size, st.plan.state_source, st.plan.group,
+                                          st.plan.member_node.empty() ? -1 : st.plan.member_node[rank],
+                                          st.plan.worker_node});
+        }
+        if (st.plan.snapshot_step >= -1) send_snapshot(self, st.plan.snapshot_step);
         if (st.pending_eval) send_evaluation(self, *st.pending_eval);
         pump(self);
       },

@@ -88,6 +88,10 @@ struct loader_state {
   bool checkpoint_requested = false;      // Engine::request_checkpoint: at the next step issued
   generation_plan plan;
   bool have_plan = false;
+  // The last step issued: its slices and generation (See Note [A
+  // checkpoint's logical workers]).
+  std::size_t issued_slices = 0;
+  std::int64_t issued_generation = -1;
   std::vector<double> weights;         // shard shares, rank order (empty: even)
   std::int64_t next_step = 0;
   std::int64_t committed_step = -1;

@@ -9,7 +9,8 @@
 //                                                            actors/device_messages.hpp
 //   reducer -> device   suspend_atom, state_atom (requests), inject_msg, params_request
 //   device  -> reducer  steps_done_msg (See Note [One step report]), shard_cut_msg, late_msg,
-//                       evaluated_msg, state_msg, device_failed_msg, step_aborted_msg (one-way),
+//                       evaluated_msg, state_msg, worker_states_msg, device_failed_msg,
+//                       step_aborted_msg (one-way),
 //                       trained_event (from another process, train.record_trained)
 //                                                            actors/reducer_messages.hpp
 //   loader  -> reducer  ledger_snapshot_msg, epoch_ledger_msg, work_done_msg, paused_msg,
@@ -102,4 +103,5 @@ CAF_BEGIN_TYPE_ID_BLOCK(dpactor, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(dpactor, (dpactor::node_joined_msg))
   CAF_ADD_TYPE_ID(dpactor, (dpactor::idle_msg))
   CAF_ADD_TYPE_ID(dpactor, (dpactor::lr_msg))
+  CAF_ADD_TYPE_ID(dpactor, (dpactor::worker_states_msg))
 CAF_END_TYPE_ID_BLOCK(dpactor)

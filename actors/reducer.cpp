@@ -38,7 +38,11 @@ void try_write_checkpoint(reducer_ptr self, std::int64_t step) {
   auto& st = self->state;
   auto it = st.checkpoints.find(step);
   if (it == st.checkpoints.end() || it->second.sent || !it->second.state || !it->second.position || !st.setup.writer) return;
+  auto& workers = it->second.workers;
+  if (workers.size() < st.setup.logical_workers) return;  // See Note [A checkpoint's logical workers]
   it->second.sent = true;
+  for (auto& [k, one] : workers) it->second.state->insert(it->second.state->end(), one.begin(), one.end());
+  workers.clear();
   write_checkpoint(self, write_checkpoint_msg{step, it->second.position->epoch, false, std::move(*it->second.state),
                                               *it->second.position});
 }
@@ -292,6 +296,23 @@ reducer_actor::behavior_type reducer_behavior(reducer_ptr self, reducer_setup se
       },
       [self](state_msg& msg) {
         self->state.checkpoints[msg.step].state = std::move(msg.state);
+        try_write_checkpoint(self, msg.step);
+      },
+      [self](worker_states_msg& msg) {
+        auto& st = self->state;
+        if (!msg.error.empty()) {
+          fail_run(self, std::make_exception_ptr(training_error(
+                             "the checkpoint after step " + std::to_string(msg.step + 1) +
+                             " cannot have its logical workers' states: " + msg.error)));
+          return;
+        }
+        if (msg.workers.empty() || (st.last_checkpoint && msg.step <= *st.last_checkpoint)) return;
+        const std::size_t size = msg.states.size() / msg.workers.size();
+        auto& pending = st.checkpoints[msg.step];
+        if (pending.sent) return;
+        for (std::size_t i = 0; i < msg.workers.size(); ++i)
+          pending.workers.try_emplace(msg.workers[i], msg.states.begin() + static_cast<std::ptrdiff_t>(i * size),
+                                      msg.states.begin() + static_cast<std::ptrdiff_t>((i + 1) * size));
         try_write_checkpoint(self, msg.step);
       },
       [self](ledger_snapshot_msg& msg) {

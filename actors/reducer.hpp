@@ -93,6 +93,9 @@ struct reducer_state {
   struct pending_checkpoint {
     std::optional<std::vector<float>> state;
     std::optional<ledger_position> position;
+    // Round modes: each logical worker's state (See Note [A checkpoint's
+    // logical workers]).
+    std::map<std::uint32_t, std::vector<float>> workers;
     bool sent = false;
   };
 

@@ -141,7 +141,8 @@ void finish_recovery(reducer_ptr self) {
     st.final_eval_step.reset();
   }
   for (auto it = st.checkpoints.begin(); it != st.checkpoints.end();) {
-    const bool keep = it->second.sent || (it->second.state && it->second.position) ||
+    const bool keep = it->second.sent ||
+                      (it->second.state && it->second.position && it->second.workers.size() >= st.setup.logical_workers) ||
                       (st.work && it->first == st.work->last_step && it->first <= through);
     it = keep && it->first <= through ? std::next(it) : st.checkpoints.erase(it);
   }
@@ -189,8 +190,10 @@ void on_suspend_reply(reducer_ptr self, std::int64_t generation, int id, std::op
 namespace {
 
 // See Note [Worker placement]: the nodes are the members' processes, in the
-// order the members name them first.
-void place_logical_workers(reducer_state& st) {
+// order the members name them first. Returns why the generation cannot
+// train when a worker would move to another process: its state is in the
+// process it leaves, and moving it is not built yet.
+std::string place_logical_workers(reducer_state& st, const std::string& reason) {
   std::vector<placement_node> nodes;
   st.plan.member_node.clear();
   for (const device_actor& a : st.plan.members) {
@@ -207,6 +210,16 @@ void place_logical_workers(reducer_state& st) {
         std::find_if(nodes.begin(), nodes.end(), [&](const placement_node& n) { return n.name == owner; }) -
         nodes.begin()));
   st.worker_owner = placed.owner;
+  std::string moved;
+  for (const worker_move& m : placed.moves)
+    if (!m.from.empty()) moved += (moved.empty() ? "" : ", ") + std::to_string(m.worker);
+  if (moved.empty()) return "";
+  return "logical workers " + moved + " would move to another process (" + reason +
+         "): in this version a round mode across processes keeps each worker on its process, and stops when "
+         "one is lost; resume the newest checkpoint in one process (--resume with the checkpoint directory takes "
+         "its latest" +
+         (st.book->summary().checkpoint.empty() ? std::string(")")
+                                                : "; the newest confirmed so far is " + st.book->summary().checkpoint + ")");
 }
 
 }  // namespace
@@ -232,7 +245,12 @@ void form_generation(reducer_ptr self, std::int32_t state_source) {
     e.actor_ids.push_back(h.actor.id());
   }
   st.plan.state_source = state_source;
-  if (st.setup.logical_workers > 0) place_logical_workers(st);
+  if (st.setup.logical_workers > 0)
+    if (const std::string moved = place_logical_workers(st, reason); !moved.empty()) {
+      engine_log()->error("{}", moved);
+      fail_run(self, std::make_exception_ptr(training_error(moved)));
+      return;
+    }
   st.plan.group = st.setup.make_group(ids, st.plan.generation);
   st.book->start_generation(st.plan.generation, ids.size(), now);
   st.sent_shares.clear();
@@ -257,7 +275,8 @@ void form_generation(reducer_ptr self, std::int32_t state_source) {
   st.plan.snapshot_step = -2;
   if (st.work && st.work->snapshot && st.last_checkpoint != st.work->last_step && st.book->committed() >= st.work->last_step) {
     auto& pending = st.checkpoints[st.work->last_step];
-    if (!pending.state && !pending.sent) st.plan.snapshot_step = st.work->last_step;
+    if (!pending.sent && (!pending.state || pending.workers.size() < st.setup.logical_workers))
+      st.plan.snapshot_step = st.work->last_step;
   }
   self->send(st.setup.loader, st.plan);
 }

@@ -95,6 +95,20 @@ typename Inspector::result_type inspect(Inspector& f, state_msg& x) {
   return f(caf::meta::type_name("state_msg"), x.step, x.state);
 }
 
+// Round modes: logical workers' states at the start of the round after
+// `step`, worker after worker, each of state.size() / workers.size() floats
+// (See Note [A checkpoint's logical workers]).
+struct worker_states_msg {
+  std::int64_t step = 0;
+  std::vector<std::uint32_t> workers;
+  std::vector<float> states;
+  std::string error;  // not empty: the member could not read them, and why
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, worker_states_msg& x) {
+  return f(caf::meta::type_name("worker_states_msg"), x.step, x.workers, x.states, x.error);
+}
+
 struct device_failed_msg {
   std::int64_t generation = 0;
   std::int64_t step = 0;

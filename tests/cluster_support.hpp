@@ -88,8 +88,9 @@ class cluster {
   std::string port_;
 };
 
-// The model and optimizer files of two checkpoints hold the same tensors,
-// byte for byte; `what` names the two runs in a failure.
+// The model and optimizer files of two checkpoints (and the round modes'
+// workers file) hold the same tensors, byte for byte; `what` names the two
+// runs in a failure.
 void expect_same_state(const std::filesystem::path& a, const std::filesystem::path& b, const std::string& what);
 
 }  // namespace dpactor::testing

@@ -139,6 +139,8 @@ step_runner::computed step_runner::compute_slices(const step_shard& shard, repli
   buffers_.assign(1, model.gradients());  // the first node the member holds lands where the optimizer reads
   free_.assign(1, 0);
   leaves_.clear();
+  computed_slices_.clear();
+  computed_step_ = shard.step;
   c.work = work;
   const std::span<const std::uint32_t> rows = shard.all_indices();
   const auto compute = [&](std::size_t slice) {
@@ -158,6 +160,7 @@ step_runner::computed step_runner::compute_slices(const step_shard& shard, repli
     if (const double w = work != nullptr ? work->last_weight() : -1.0; w >= 0.0) c.weight = std::max(c.weight, 0.0) + w;
     if (slice != 0) clear_buffers(model, buffers_[buffer]);  // See Note [Module buffers]: slice 0's count
     c.digest += sample_digest(slice_rows, train.sequences);
+    computed_slices_.push_back(static_cast<std::uint32_t>(slice));
     if (keeps_leaves()) leaves_.emplace_back(slice, buffer);  // encoded apart (See Note [Int8 pseudo-gradients])
     else builder_.add_leaf(slice, buffer, buffers_, free_);
     if (slow != nullptr) injected_delay(control, shard.step, (slow->factor - 1.0) * seconds_since(start));

@@ -109,6 +109,11 @@ class step_runner {
   // of its gradient sum (See Note [Logical workers]).
   computed compute_slices(const step_shard& shard, replica& model, const dataset& train, device_control& control,
                           const collective_group& group, slice_work* work = nullptr);
+  // The slices the last compute_slices computed (its own and stolen ones),
+  // and its step (-1: none yet): in the round modes, the logical workers
+  // whose states after that round this member wrote.
+  std::span<const std::uint32_t> computed_slices() const noexcept { return computed_slices_; }
+  std::int64_t computed_step() const noexcept { return computed_step_; }
 
   // The step's collectives and this member's part of the optimizer step.
   // A member still waiting for others at the deadline tells `observer`.
@@ -246,6 +251,8 @@ class step_runner {
   // The int8 codec's: the slices held apart (slice, buffer), the workers'
   // block maxima, the plan and the int8 sum.
   std::vector<std::pair<std::size_t, std::size_t>> leaves_;
+  std::vector<std::uint32_t> computed_slices_;
+  std::int64_t computed_step_ = -1;
   std::vector<float> maxima_;
   int8_plan int8_plan_;
   std::vector<std::int8_t> int8_sum_;

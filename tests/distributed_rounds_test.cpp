@@ -1,0 +1,169 @@
+// The round modes across processes (docs/async.md, "Across processes"):
+// each process holds its own logical workers (Note [Worker placement]), a
+// checkpoint gathers their states from every process (Note [A checkpoint's
+// logical workers]), and a coordinator with a worker trains the bytes of one
+// process with as many devices, every sample once by the devices' own
+// records. What is not built yet stops clearly: a lost worker process ends
+// the run naming the newest checkpoint, which resumes in one process to the
+// bytes of a run that was never interrupted; a late join is refused.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "tests/cluster_support.hpp"
+
+namespace dpactor {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using testing::cluster;
+using testing::mlp_config;
+
+// diloco, two logical workers (one a device: sync.workers = 0), H = 2, the
+// int8 codec and the one-round delay; plus `extra`.
+std::vector<std::string> diloco(std::vector<std::string> extra) {
+  std::vector<std::string> a = {"--set", "sync.mode=\"diloco\"", "--set", "sync.every=2", "--set", "sync.codec=\"int8\"",
+                                "--set", "sync.delay=1", "--set", "train.eval_every=0"};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+// A coordinator and a worker with one device each train `common` into ck/;
+// one process with two devices trains it into single/.
+void train_both(cluster& job, const std::vector<std::string>& common, const std::vector<std::string>& coordinator_only) {
+  std::vector<std::string> args = {"--cpus", "1", "--wait-devices", "2", "--checkpoint-dir", (job / "ck").string()};
+  args.insert(args.end(), common.begin(), common.end());
+  args.insert(args.end(), coordinator_only.begin(), coordinator_only.end());
+  ASSERT_TRUE(job.start_coordinator(args));
+  auto worker = job.start_worker("w1", 1);
+  const auto w = worker->wait(120s);
+  const auto c = job.coordinator().wait(120s);
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  ASSERT_EQ(w.exit_code, 0) << w.output;
+  EXPECT_NE(c.output.find("generation 0: 2 members (cpu:0, w1/cpu:0)"), std::string::npos) << c.output;
+  EXPECT_EQ(c.output.find("generation 1"), std::string::npos) << "no member may have been lost: " << c.output;
+  std::vector<std::string> single = {"--model", mlp_config, "--gpus", "0", "--cpus", "2", "--checkpoint-dir",
+                                     (job / "single").string()};
+  single.insert(single.end(), common.begin(), common.end());
+  const auto s = job.run("one", single);
+  ASSERT_EQ(s.exit_code, 0) << s.output;
+}
+
+// Every round's exchange between the processes over shared memory; the
+// checkpoints in the middle and at the end hold both processes' workers,
+// and the middle one resumes in one process on three devices to the end's
+// bytes.
+TEST(DistributedRounds, ACoordinatorAndAWorkerTrainTheBytesOfOneProcessWithTwoDevices) {
+  cluster job;
+  train_both(job, diloco({"--epochs", "1", "--set", "train.max_steps=40", "--set", "train.checkpoint_every=15"}), {});
+  if (HasFatalFailure()) return;
+  for (const char* step : {"step-00000015", "step-00000030", "step-00000040"})
+    testing::expect_same_state(job / "ck" / step, job / "single" / step, std::string("the processes and the single process at ") + step);
+  ASSERT_TRUE(fs::exists(job / "ck" / "step-00000015" / "workers.safetensors"));
+  const auto resumed = job.run("resumed", {"--model", mlp_config, "--gpus", "0", "--cpus", "3", "--epochs", "1", "--set",
+                                           "train.max_steps=40", "--set", "sync.mode=\"diloco\"", "--set", "sync.every=2",
+                                           "--set", "sync.codec=\"int8\"", "--set", "sync.delay=1", "--set",
+                                           "train.eval_every=0", "--set", "sync.workers=2", "--resume",
+                                           (job / "ck" / "step-00000015").string(), "--checkpoint-dir",
+                                           (job / "resumed").string()});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  testing::expect_same_state(job / "resumed" / "step-00000040", job / "single" / "step-00000040",
+                             "the two-process checkpoint resumed in one process and the single process");
+}
+
+// Over Gloo's TCP, streaming DiLoCo (bf16, two fragments), a whole epoch:
+// every sample once by the devices' own records, both processes' included.
+TEST(DistributedRounds, StreamingOverTcpTrainsEverySampleOnceAndTheBytesOfOneProcess) {
+  cluster job;
+  const std::vector<std::string> common = {"--set", "sync.mode=\"diloco\"", "--set", "sync.every=4", "--set",
+                                           "sync.fragments=2", "--set", "sync.codec=\"bf16\"", "--set",
+                                           "train.eval_every=0", "--set", "cluster.shared_memory=false", "--epochs", "1"};
+  train_both(job, common, {"--set", "train.record_trained=true", "--metrics", (job / "m.jsonl").string()});
+  if (HasFatalFailure()) return;
+  // The epoch is 235 steps with these settings (as one process counts them).
+  testing::expect_same_state(job / "ck" / "step-00000235", job / "single" / "step-00000235",
+                             "the processes and the single process");
+  testing::trained_evidence evidence;
+  evidence.record_metrics(job / "m.jsonl");
+  EXPECT_EQ(evidence.check(60000, 1), "");
+  EXPECT_TRUE(evidence.first_step_of("w1/cpu:0").has_value()) << "the worker reported nothing it trained";
+}
+
+// A worker process killed mid-run (kill:1@30: after round 30's exchange)
+// takes its logical worker's state with it: the run stops, saying how to
+// resume, and its newest checkpoint (step 20: the worker died before
+// sending its part of step 30's) resumes in one process to the bytes of a
+// run never interrupted.
+TEST(DistributedRounds, ALostWorkerProcessStopsTheRunAndItsNewestCheckpointResumesInOneProcess) {
+  cluster job;
+  const std::vector<std::string> common = diloco({"--epochs", "1", "--set", "train.max_steps=60"});
+  std::vector<std::string> args = {"--cpus", "1", "--wait-devices", "2", "--checkpoint-dir", (job / "ck").string(),
+                                   "--set", "train.checkpoint_every=10", "--inject", "kill:1@30"};
+  args.insert(args.end(), common.begin(), common.end());
+  ASSERT_TRUE(job.start_coordinator(args));
+  auto worker = job.start_worker("w1", 1);
+  const auto w = worker->wait(120s);
+  const auto c = job.coordinator().wait(120s);
+  EXPECT_NE(w.exit_code, 0) << w.output;
+  ASSERT_NE(c.exit_code, 0) << c.output;
+  EXPECT_NE(c.output.find("logical workers 1 would move to another process"), std::string::npos) << c.output;
+  EXPECT_NE(c.output.find("resume the newest checkpoint in one process"), std::string::npos) << c.output;
+  EXPECT_TRUE(fs::exists(job / "ck" / "step-00000020" / "workers.safetensors")) << c.output;
+  std::vector<std::string> rest = {"--model", mlp_config, "--gpus", "0", "--cpus", "1", "--set", "sync.workers=2",
+                                   "--resume", (job / "ck").string(), "--checkpoint-dir", (job / "ck").string()};
+  rest.insert(rest.end(), common.begin(), common.end());
+  const auto resumed = job.run("resumed", rest);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  std::vector<std::string> quiet = {"--model", mlp_config, "--gpus", "0", "--cpus", "2", "--checkpoint-dir",
+                                    (job / "quiet").string()};
+  quiet.insert(quiet.end(), common.begin(), common.end());
+  ASSERT_EQ(job.run("quiet", quiet).exit_code, 0);
+  testing::expect_same_state(job / "ck" / "step-00000060", job / "quiet" / "step-00000060",
+                             "the resumed run and a run never interrupted");
+}
+
+// A process that joins while the rounds train is refused (its workers would
+// have to move to it), the run goes on; SIGINT then stops it with a
+// checkpoint holding both processes' workers; a resume of it across
+// processes is refused, naming the way that works.
+TEST(DistributedRounds, ALateJoinIsRefusedAndSigintLeavesACheckpointOfBothProcesses) {
+  cluster job;
+  std::vector<std::string> args = {"--cpus", "1", "--wait-devices", "2", "--checkpoint-dir", (job / "ck").string()};
+  const std::vector<std::string> common = diloco({"--epochs", "20"});
+  args.insert(args.end(), common.begin(), common.end());
+  ASSERT_TRUE(job.start_coordinator(args));
+  auto worker = job.start_worker("w1", 1);
+  ASSERT_TRUE(job.coordinator_says("generation 0: 2 members"));
+  auto late = job.start_worker("late", 1);
+  const auto l = late->wait(60s);
+  EXPECT_NE(l.exit_code, 0) << l.output;
+  EXPECT_NE(l.output.find("cannot move between processes"), std::string::npos) << l.output;
+  ASSERT_TRUE(job.coordinator().running()) << job.coordinator().output_so_far();
+  job.coordinator().signal(SIGINT);
+  const auto c = job.coordinator().wait(60s);
+  const auto w = worker->wait(60s);
+  ASSERT_EQ(c.exit_code, 130) << c.output;
+  EXPECT_EQ(c.output.find("generation 1"), std::string::npos) << c.output;
+  std::string newest = testing::read_text(job / "ck" / "latest");
+  while (!newest.empty() && newest.back() == '\n') newest.pop_back();
+  const fs::path latest = job / "ck" / newest;
+  ASSERT_TRUE(fs::exists(latest / "workers.safetensors")) << c.output;
+  std::vector<std::string> again = {"--cpus", "1", "--wait-devices", "2", "--resume", (job / "ck").string()};
+  again.insert(again.end(), common.begin(), common.end());
+  const auto refused = job.run("again", [&] {
+    std::vector<std::string> a = {"--coordinator", "--model", mlp_config, "--gpus", "0", "--listen", "127.0.0.1:0"};
+    a.insert(a.end(), again.begin(), again.end());
+    return a;
+  }());
+  EXPECT_NE(refused.exit_code, 0) << refused.output;
+  EXPECT_NE(refused.output.find("resumes only in one process"), std::string::npos) << refused.output;
+}
+
+}  // namespace
+}  // namespace dpactor

@@ -3,8 +3,9 @@
 // give byte-identical model.safetensors and optimizer.safetensors with 1 to 4
 // replicas, a slow replica, a failed one, a hung one, a join, a leave, a
 // resume from step 150, and a run stopped by SIGINT at a random step and
-// resumed (the CNN and the round modes, slower a step, run 100 steps, each
-// event at the same fraction of the run). The runs are the dpactor program's; the test compares the files
+// resumed (slices of 16 run 150 steps, the CNN and the round modes, slower
+// a step, 100: each event at the same fraction of the run, to keep CI
+// under 30 minutes). The runs are the dpactor program's; the test compares the files
 // itself. Each case runs with the default slice (train.micro_batch 64: two
 // slices a step) and with slices of 16 (eight a step, so that stealing and
 // uneven trees happen), and on the libtorch replica with the CNN of
@@ -168,7 +169,7 @@ TEST_P(SameBytes, ARunStoppedBySigintAtARandomStepAndResumed) {
 
 // The CNN's steps are 64 samples: slices of 16 give four to share.
 INSTANTIATE_TEST_SUITE_P(Slices, SameBytes,
-                         ::testing::Values(job_case{"mlp", 64}, job_case{"mlp", 16},
+                         ::testing::Values(job_case{"mlp", 64}, job_case{"mlp", 16, "every_step", "fp32", 1, 0, 150},
                                            job_case{"cnn", 16, "every_step", "fp32", 1, 0, 100},
                                            job_case{"mlp", 64, "diloco", "int8", 1, 1, 100},
                                            job_case{"mlp", 64, "diloco", "bf16", 2, 0, 100}),

@@ -32,6 +32,7 @@ struct snapshot_msg;
 struct finish_msg;
 struct shard_cut_msg;
 struct late_msg;
+struct bytes_msg;
 struct steps_done_msg;
 struct evaluated_msg;
 struct state_msg;
@@ -75,7 +76,7 @@ using loader_actor = caf::typed_actor<
 using reducer_actor = caf::typed_actor<
     caf::reacts_to<start_atom>, caf::reacts_to<tick_atom>, caf::reacts_to<stop_atom>,
     // from devices
-    caf::reacts_to<steps_done_msg>, caf::reacts_to<shard_cut_msg>, caf::reacts_to<late_msg>,
+    caf::reacts_to<steps_done_msg>, caf::reacts_to<shard_cut_msg>, caf::reacts_to<late_msg>, caf::reacts_to<bytes_msg>,
     caf::reacts_to<evaluated_msg>, caf::reacts_to<state_msg>, caf::reacts_to<worker_states_msg>,
     caf::reacts_to<device_failed_msg>,
     caf::reacts_to<step_aborted_msg>, caf::replies_to<trained_event>::with<std::int64_t>,

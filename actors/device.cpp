@@ -161,8 +161,19 @@ void run_step(device_ptr self, const step_shard& shard) {
   }
 }
 
+// See bytes_msg: a device in another process than the reducer's says what
+// its collectives sent, after each shard message's steps.
+void send_bytes(device_ptr self) {
+  auto& st = self->state;
+  if (!st.reducer || st.reducer.node() == self->node()) return;
+  const bytes_counter& bytes = st.setup->control->bytes;
+  self->send(st.reducer,
+             bytes_msg{bytes.sent.load(std::memory_order_relaxed), bytes.largest_call.load(std::memory_order_relaxed)});
+}
+
 void send_report(device_ptr self) {
   auto& st = self->state;
+  send_bytes(self);
   if (st.records.empty()) return;
   self->send(st.reducer, steps_done_msg{st.generation, st.rank, std::move(st.records)});
   st.records.clear();

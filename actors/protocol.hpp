@@ -8,7 +8,7 @@
 //                       (one FIFO stream: See Note [Work flows through the loader])
 //                                                            actors/device_messages.hpp
 //   reducer -> device   suspend_atom, state_atom (requests), inject_msg, params_request
-//   device  -> reducer  steps_done_msg (See Note [One step report]), shard_cut_msg, late_msg,
+//   device  -> reducer  steps_done_msg (See Note [One step report]), shard_cut_msg, late_msg, bytes_msg,
 //                       evaluated_msg, state_msg, worker_states_msg, device_failed_msg,
 //                       step_aborted_msg (one-way),
 //                       trained_event (from another process, train.record_trained)
@@ -104,4 +104,5 @@ CAF_BEGIN_TYPE_ID_BLOCK(dpactor, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(dpactor, (dpactor::idle_msg))
   CAF_ADD_TYPE_ID(dpactor, (dpactor::lr_msg))
   CAF_ADD_TYPE_ID(dpactor, (dpactor::worker_states_msg))
+  CAF_ADD_TYPE_ID(dpactor, (dpactor::bytes_msg))
 CAF_END_TYPE_ID_BLOCK(dpactor)

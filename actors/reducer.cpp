@@ -149,14 +149,18 @@ void check_hangs(reducer_ptr self) {
                     "; raise cluster.hang_timeout_s if this is a slow step, not a hang");
 }
 
-// What every device of this process sent, across generations (See Note
-// [Bytes sent]); a remote device's control here is a stand-in that counts
-// nothing.
+// What every device sent, across generations (See Note [Bytes sent]): this
+// process's by their counters, another process's (whose control here is a
+// stand-in that counts nothing) by their last bytes_msg.
 bytes_totals device_bytes(const reducer_state& st) {
   bytes_totals t;
   for (const auto& [id, h] : st.devices) {
     t.sent += h.control->bytes.sent.load(std::memory_order_relaxed);
     t.largest_call = std::max(t.largest_call, h.control->bytes.largest_call.load(std::memory_order_relaxed));
+  }
+  for (const auto& [device, remote] : st.remote_bytes) {
+    t.sent += remote.sent;
+    t.largest_call = std::max(t.largest_call, remote.largest_call);
   }
   return t;
 }
@@ -297,6 +301,12 @@ reducer_actor::behavior_type reducer_behavior(reducer_ptr self, reducer_setup se
       [self](state_msg& msg) {
         self->state.checkpoints[msg.step].state = std::move(msg.state);
         try_write_checkpoint(self, msg.step);
+      },
+      [self](const bytes_msg& msg) {
+        // Running totals, whatever the generation: the bytes were sent.
+        bytes_totals& b = self->state.remote_bytes[caf::actor_cast<caf::actor_addr>(self->current_sender())];
+        b.sent = std::max(b.sent, msg.sent);
+        b.largest_call = std::max(b.largest_call, msg.largest_call);
       },
       [self](worker_states_msg& msg) {
         auto& st = self->state;

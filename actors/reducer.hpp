@@ -108,6 +108,7 @@ struct reducer_state {
   int next_device_id = 0;
   std::vector<double> sent_shares;
   std::vector<std::string> worker_owner;  // round modes: each logical worker's node (See Note [Worker placement])
+  std::map<caf::actor_addr, bytes_totals> remote_bytes;  // another process's devices' totals (bytes_msg)
 
   std::map<std::int64_t, pending_checkpoint> checkpoints;
   std::optional<work_done_msg> work;  // the loader has issued its last step

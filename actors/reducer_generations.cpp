@@ -245,7 +245,7 @@ void form_generation(reducer_ptr self, std::int32_t state_source) {
     e.actor_ids.push_back(h.actor.id());
   }
   st.plan.state_source = state_source;
-  if (st.setup.logical_workers > 0)
+  if (st.setup.logical_workers > 0 && !st.plan.members.empty())
     if (const std::string moved = place_logical_workers(st, reason); !moved.empty()) {
       engine_log()->error("{}", moved);
       fail_run(self, std::make_exception_ptr(training_error(moved)));

@@ -70,6 +70,20 @@ typename Inspector::result_type inspect(Inspector& f, steps_done_msg& x) {
   return f(caf::meta::type_name("steps_done_msg"), x.generation, x.rank, x.steps);
 }
 
+// A device in another process than the reducer's: what its collectives
+// sent so far and their largest call (See Note [Bytes sent]), after each
+// shard message's steps. Only the first member reports the steps (See Note
+// [One step report]), and the reducer's stand-in control of a remote device
+// counts nothing, so this is how the summary counts every process.
+struct bytes_msg {
+  std::uint64_t sent = 0;
+  std::uint64_t largest_call = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, bytes_msg& x) {
+  return f(caf::meta::type_name("bytes_msg"), x.sent, x.largest_call);
+}
+
 struct evaluated_msg {
   std::int64_t generation = 0;
   std::int64_t epoch = 0;

@@ -12,7 +12,9 @@
 
 #include <chrono>
 #include <filesystem>
+#include <regex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/cluster_support.hpp"
@@ -34,9 +36,18 @@ std::vector<std::string> diloco(std::vector<std::string> extra) {
   return a;
 }
 
+// The megabytes the run's summary says the collectives sent (-1: none said).
+double sent_mb(const std::string& output) {
+  std::smatch m;
+  if (!std::regex_search(output, m, std::regex("sent ([0-9.]+) MB by the collectives"))) return -1.0;
+  return std::stod(m[1].str());
+}
+
 // A coordinator and a worker with one device each train `common` into ck/;
-// one process with two devices trains it into single/.
-void train_both(cluster& job, const std::vector<std::string>& common, const std::vector<std::string>& coordinator_only) {
+// one process with two devices trains it into single/. Both runs' bytes
+// sent, by their summaries, land in `sent` (processes, single).
+void train_both(cluster& job, const std::vector<std::string>& common, const std::vector<std::string>& coordinator_only,
+                std::pair<double, double>* sent = nullptr) {
   std::vector<std::string> args = {"--cpus", "1", "--wait-devices", "2", "--checkpoint-dir", (job / "ck").string()};
   args.insert(args.end(), common.begin(), common.end());
   args.insert(args.end(), coordinator_only.begin(), coordinator_only.end());
@@ -53,6 +64,7 @@ void train_both(cluster& job, const std::vector<std::string>& common, const std:
   single.insert(single.end(), common.begin(), common.end());
   const auto s = job.run("one", single);
   ASSERT_EQ(s.exit_code, 0) << s.output;
+  if (sent) *sent = {sent_mb(c.output), sent_mb(s.output)};
 }
 
 // Every round's exchange between the processes over shared memory; the
@@ -61,8 +73,16 @@ void train_both(cluster& job, const std::vector<std::string>& common, const std:
 // bytes.
 TEST(DistributedRounds, ACoordinatorAndAWorkerTrainTheBytesOfOneProcessWithTwoDevices) {
   cluster job;
-  train_both(job, diloco({"--epochs", "1", "--set", "train.max_steps=40", "--set", "train.checkpoint_every=15"}), {});
+  std::pair<double, double> sent;
+  train_both(job, diloco({"--epochs", "1", "--set", "train.max_steps=40", "--set", "train.checkpoint_every=15"}), {},
+             &sent);
   if (HasFatalFailure()) return;
+  // The coordinator counts the worker's device too (bytes_msg): what one
+  // process's two devices send (the int8 exchange's bytes are the same on
+  // Gloo and the local backend: 21.7 MB each, measured); without the
+  // worker's, half. The summary prints 0.1 MB steps.
+  EXPECT_GT(sent.second, 0.0);
+  EXPECT_NEAR(sent.first, sent.second, 0.1 + 0.01 * sent.second) << "MB sent: processes, one process";
   for (const char* step : {"step-00000015", "step-00000030", "step-00000040"})
     testing::expect_same_state(job / "ck" / step, job / "single" / step, std::string("the processes and the single process at ") + step);
   ASSERT_TRUE(fs::exists(job / "ck" / "step-00000015" / "workers.safetensors"));
@@ -97,9 +117,9 @@ TEST(DistributedRounds, StreamingOverTcpTrainsEverySampleOnceAndTheBytesOfOnePro
 
 // A worker process killed mid-run (kill:1@30: after round 30's exchange)
 // takes its logical worker's state with it: the run stops, saying how to
-// resume, and its newest checkpoint (step 20: the worker died before
-// sending its part of step 30's) resumes in one process to the bytes of a
-// run never interrupted.
+// resume, and its newest checkpoint (never round 30's: the worker died
+// before sending its part) resumes in one process to the bytes of a run
+// never interrupted.
 TEST(DistributedRounds, ALostWorkerProcessStopsTheRunAndItsNewestCheckpointResumesInOneProcess) {
   cluster job;
   const std::vector<std::string> common = diloco({"--epochs", "1", "--set", "train.max_steps=60"});
@@ -114,7 +134,12 @@ TEST(DistributedRounds, ALostWorkerProcessStopsTheRunAndItsNewestCheckpointResum
   ASSERT_NE(c.exit_code, 0) << c.output;
   EXPECT_NE(c.output.find("logical workers 1 would move to another process"), std::string::npos) << c.output;
   EXPECT_NE(c.output.find("resume the newest checkpoint in one process"), std::string::npos) << c.output;
-  EXPECT_TRUE(fs::exists(job / "ck" / "step-00000020" / "workers.safetensors")) << c.output;
+  // Round 10's or 20's (a write still in flight when the run stops may not
+  // finish: docs/async.md); never 30's, whose worker part died with w1.
+  std::string newest = testing::read_text(job / "ck" / "latest");
+  while (!newest.empty() && newest.back() == '\n') newest.pop_back();
+  EXPECT_TRUE(newest == "step-00000010" || newest == "step-00000020") << newest;
+  EXPECT_TRUE(fs::exists(job / "ck" / newest / "workers.safetensors")) << newest;
   std::vector<std::string> rest = {"--model", mlp_config, "--gpus", "0", "--cpus", "1", "--set", "sync.workers=2",
                                    "--resume", (job / "ck").string(), "--checkpoint-dir", (job / "ck").string()};
   rest.insert(rest.end(), common.begin(), common.end());

@@ -43,6 +43,13 @@ double sent_mb(const std::string& output) {
   return std::stod(m[1].str());
 }
 
+// The checkpoint a directory's `latest` names: step-00000020.
+std::string latest_in(const fs::path& dir) {
+  std::string name = testing::read_text(dir / "latest");
+  while (!name.empty() && name.back() == '\n') name.pop_back();
+  return name;
+}
+
 // A coordinator and a worker with one device each train `common` into ck/;
 // one process with two devices trains it into single/. Both runs' bytes
 // sent, by their summaries, land in `sent` (processes, single).
@@ -53,8 +60,7 @@ void train_both(cluster& job, const std::vector<std::string>& common, const std:
   args.insert(args.end(), coordinator_only.begin(), coordinator_only.end());
   ASSERT_TRUE(job.start_coordinator(args));
   auto worker = job.start_worker("w1", 1);
-  const auto w = worker->wait(120s);
-  const auto c = job.coordinator().wait(120s);
+  const auto [c, w] = job.finish(*worker);
   ASSERT_EQ(c.exit_code, 0) << c.output;
   ASSERT_EQ(w.exit_code, 0) << w.output;
   EXPECT_NE(c.output.find("generation 0: 2 members (cpu:0, w1/cpu:0)"), std::string::npos) << c.output;
@@ -128,16 +134,14 @@ TEST(DistributedRounds, ALostWorkerProcessStopsTheRunAndItsNewestCheckpointResum
   args.insert(args.end(), common.begin(), common.end());
   ASSERT_TRUE(job.start_coordinator(args));
   auto worker = job.start_worker("w1", 1);
-  const auto w = worker->wait(120s);
-  const auto c = job.coordinator().wait(120s);
+  const auto [c, w] = job.finish(*worker);
   EXPECT_NE(w.exit_code, 0) << w.output;
   ASSERT_NE(c.exit_code, 0) << c.output;
   EXPECT_NE(c.output.find("logical workers 1 would move to another process"), std::string::npos) << c.output;
   EXPECT_NE(c.output.find("resume the newest checkpoint in one process"), std::string::npos) << c.output;
   // Round 10's or 20's (a write still in flight when the run stops may not
   // finish: docs/async.md); never 30's, whose worker part died with w1.
-  std::string newest = testing::read_text(job / "ck" / "latest");
-  while (!newest.empty() && newest.back() == '\n') newest.pop_back();
+  const std::string newest = latest_in(job / "ck");
   EXPECT_TRUE(newest == "step-00000010" || newest == "step-00000020") << newest;
   EXPECT_TRUE(fs::exists(job / "ck" / newest / "workers.safetensors")) << newest;
   std::vector<std::string> rest = {"--model", mlp_config, "--gpus", "0", "--cpus", "1", "--set", "sync.workers=2",
@@ -175,9 +179,7 @@ TEST(DistributedRounds, ALateJoinIsRefusedAndSigintLeavesACheckpointOfBothProces
   const auto w = worker->wait(60s);
   ASSERT_EQ(c.exit_code, 130) << c.output;
   EXPECT_EQ(c.output.find("generation 1"), std::string::npos) << c.output;
-  std::string newest = testing::read_text(job / "ck" / "latest");
-  while (!newest.empty() && newest.back() == '\n') newest.pop_back();
-  const fs::path latest = job / "ck" / newest;
+  const fs::path latest = job / "ck" / latest_in(job / "ck");
   ASSERT_TRUE(fs::exists(latest / "workers.safetensors")) << c.output;
   std::vector<std::string> again = {"--cpus", "1", "--wait-devices", "2", "--resume", (job / "ck").string()};
   again.insert(again.end(), common.begin(), common.end());

@@ -20,6 +20,30 @@ constexpr int max_unblamed_failures = 5;
 // Shares are re-sent to the loader when one moves by more than this.
 constexpr double share_resend_threshold = 0.01;
 
+// Note [A failing run waits for its checkpoint writes]
+// A run that fails (a lost worker process, a reducer error, ...) ends the
+// engine, and with it the checkpoint writer. A checkpoint the reducer had
+// assembled and handed to the writer would then be cut off: never half
+// written (the write is atomic), but the newest complete checkpoint would be
+// one older than the run had. So the failure stops the training at once
+// (the group is aborted, nothing more commits) but is reported only when
+// the writes in flight have finished, or after failing_write_wait, whichever
+// comes first: a disk that hangs must not hang the failure too.
+constexpr auto failing_write_wait = std::chrono::seconds(30);
+
+bool writes_in_flight(const reducer_state& st) {
+  return std::any_of(st.checkpoints.begin(), st.checkpoints.end(), [](const auto& c) { return c.second.sent; });
+}
+
+void end_failing_run(reducer_ptr self, bool timed_out) {
+  auto& st = self->state;
+  if (!st.failing.error || (!timed_out && writes_in_flight(st))) return;
+  if (timed_out && writes_in_flight(st))
+    engine_log()->warn("the run ends while a checkpoint is still being written (it waits at most {} s)",
+                       std::chrono::duration_cast<std::chrono::seconds>(failing_write_wait).count());
+  st.setup.control->fail(std::exchange(st.failing.error, nullptr));
+}
+
 // The members that have not left, in rank order ("cpu:0", "node/cpu:1").
 std::vector<std::string> member_names(const reducer_state& st) {
   std::vector<std::string> names;
@@ -50,6 +74,18 @@ void try_write_checkpoint(reducer_ptr self, std::int64_t step) {
 void on_checkpoint_written(reducer_ptr self, const checkpoint_written_msg& msg) {
   auto& st = self->state;
   st.checkpoints.erase(msg.step);
+  if (st.failing.error) {  // See Note [A failing run waits for its checkpoint writes]
+    if (msg.error.empty()) {
+      engine_log()->info("checkpoint written: {}", msg.path);
+      st.book->summary().checkpoint = msg.path;
+      st.last_checkpoint = msg.step;
+      st.setup.control->emit(checkpoint_event{msg.step + 1, msg.path, msg.committed_sequence});
+    } else {
+      engine_log()->warn("the checkpoint of step {} was not written: {}", msg.step + 1, msg.error);
+    }
+    end_failing_run(self, false);
+    return;
+  }
   if (!msg.error.empty()) {
     if (st.current == phase::stopping)
       fail_run(self, std::make_exception_ptr(training_error(st.stop_message + "; no checkpoint written: " + msg.error)));
@@ -225,6 +261,12 @@ void fail_run(reducer_ptr self, std::exception_ptr error) {
   st.failed = true;
   if (st.plan.group.local) st.plan.group.local->abort();
   if (st.setup.abort_remote) st.setup.abort_remote(st.plan.generation, "the run failed");
+  if (writes_in_flight(st) && !st.setup.control->done()) {
+    engine_log()->info("the run failed; waiting for the checkpoint being written");
+    st.failing.error = std::move(error);
+    st.failing.deadline = clock_type::now() + failing_write_wait;  // the ticks go on while it waits
+    return;
+  }
   st.setup.control->fail(std::move(error));
 }
 
@@ -234,6 +276,7 @@ reducer_actor::behavior_type reducer_behavior(reducer_ptr self, reducer_setup se
   self->set_exception_handler([self](std::exception_ptr& x) {
     const caf::error e = error_of(x);
     fail_run(self, std::make_exception_ptr(error(error_kind::internal, "the reducer failed: " + caf::to_string(e))));
+    end_failing_run(self, true);  // the reducer ends here: nothing would wait for the writes
     return e;
   });
   self->set_down_handler([self](const caf::down_msg& msg) {
@@ -379,7 +422,9 @@ reducer_actor::behavior_type reducer_behavior(reducer_ptr self, reducer_setup se
       [self](tick_atom) {
         check_hangs(self);
         expire_suspend_requests(self);
-        if (!self->state.failed) self->delayed_send(self, tick_interval, tick_atom::value);
+        auto& st = self->state;
+        if (st.failing.error && clock_type::now() >= st.failing.deadline) end_failing_run(self, true);
+        if (!st.failed || st.failing.error) self->delayed_send(self, tick_interval, tick_atom::value);
       },
       [self](const add_device_msg& msg) {
         auto& st = self->state;

@@ -159,6 +159,12 @@ struct reducer_state {
   clock::time_point idle_ended{};
   bool stop_requested = false;
   bool failed = false;
+  // A failed run's error, held while a checkpoint write it started finishes
+  // (See Note [A failing run waits for its checkpoint writes]).
+  struct {
+    std::exception_ptr error;
+    clock::time_point deadline{};
+  } failing;
   static inline const char* name = "reducer";
 
   const member_handle& handle(std::size_t rank) const { return devices.at(members->members().at(rank).id); }

@@ -13,6 +13,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -20,6 +23,8 @@
 
 #include <gtest/gtest.h>
 
+#include <dpactor/engine.hpp>
+#include <dpactor/error.hpp>
 #include "train/checkpoint.hpp"
 #include "tests/test_support.hpp"
 
@@ -54,8 +59,12 @@ void record(journal_entry e) {
 
 }  // namespace
 
+// Set by a test: the next fsync() first sleeps this long (a slow disk).
+std::atomic<int> next_fsync_delay_ms{0};
+
 extern "C" int fsync(int fd) {
   static const auto real = reinterpret_cast<int (*)(int)>(::dlsym(RTLD_NEXT, "fsync"));
+  if (const int ms = next_fsync_delay_ms.exchange(0); ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
   record({"fsync", path_of_fd(fd), ""});
   return real(fd);
 }
@@ -151,6 +160,36 @@ TEST_F(CheckpointDurability, LatestMovesOnlyAfterTheCheckpointIsCompleteAndTheRo
   for (std::size_t i = *latest; i < j.size(); ++i)
     if (j[i].op == "fsync" && j[i].path == root_) root_synced = i;
   EXPECT_TRUE(root_synced) << "the root was not fsynced after the renames: a crash could lose them";
+}
+
+// See Note [A failing run waits for its checkpoint writes]: a run that fails
+// while a checkpoint it assembled is being written reports the failure only
+// once the checkpoint is complete and `latest` names it. The write is held
+// up by a slow fsync (1.5 s); the loader fails issuing step 7, after the
+// checkpoint of step 4 went to the writer (a window of two one-step
+// messages: step 7 is issued only once step 5 committed, and a step of this
+// job takes well under a millisecond), and before any other checkpoint.
+TEST(FailingRun, ReportsItsErrorOnlyOnceTheCheckpointBeingWrittenIsComplete) {
+  testing::scratch_dir dir;
+  job_config c = testing::small_job(1, 32, 1024);
+  c.train.epochs = 100;
+  c.train.checkpoint_dir = (dir / "ck").string();
+  c.train.checkpoint_every = 4;
+  c.train.steps_per_message = 1;  // a window of prefetch (2) steps
+  c.faults.inject = {"crash:loader@7"};
+  next_fsync_delay_ms = 1500;
+  Engine engine(c);
+  engine.start();
+  try {
+    engine.wait();
+    ADD_FAILURE() << "the run completed";
+  } catch (const error& e) {
+    EXPECT_NE(std::string(e.what()).find("the loader failed"), std::string::npos) << e.what();
+    // Read before the engine ends: the error must not have come first.
+    EXPECT_EQ(testing::read_text(dir / "ck" / "latest"), "step-00000004\n");
+    EXPECT_TRUE(fs::exists(dir / "ck" / "step-00000004" / "model.safetensors"));
+  }
+  EXPECT_EQ(next_fsync_delay_ms.load(), 0) << "no checkpoint was written";
 }
 
 }  // namespace

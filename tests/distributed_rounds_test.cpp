@@ -139,8 +139,10 @@ TEST(DistributedRounds, ALostWorkerProcessStopsTheRunAndItsNewestCheckpointResum
   ASSERT_NE(c.exit_code, 0) << c.output;
   EXPECT_NE(c.output.find("logical workers 1 would move to another process"), std::string::npos) << c.output;
   EXPECT_NE(c.output.find("resume the newest checkpoint in one process"), std::string::npos) << c.output;
-  // Round 10's or 20's (a write still in flight when the run stops may not
-  // finish: docs/async.md); never 30's, whose worker part died with w1.
+  // Round 10's or 20's (20's only if its workers' states had all arrived
+  // when w1 died: a write in flight is finished before the run ends, Note
+  // [A failing run waits for its checkpoint writes]); never 30's, whose
+  // worker part died with w1.
   const std::string newest = latest_in(job / "ck");
   EXPECT_TRUE(newest == "step-00000010" || newest == "step-00000020") << newest;
   EXPECT_TRUE(fs::exists(job / "ck" / newest / "workers.safetensors")) << newest;

@@ -19,6 +19,9 @@ using state_atom = caf::atom_constant<caf::atom("state")>;
 using ledger_atom = caf::atom_constant<caf::atom("ledger")>;
 // reducer -> itself: periodic hang check.
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
+// A device to itself: the exchange of this step, if still running, is done now
+// (See Note [Overlapped delayed rounds]).
+using drain_atom = caf::atom_constant<caf::atom("drain")>;
 // the stream's queue -> loader: the records it waited for are there.
 using records_atom = caf::atom_constant<caf::atom("records")>;
 // engine -> reducer -> loader: a checkpoint as soon as possible.
@@ -65,7 +68,8 @@ struct trained_event;  // dpactor/events.hpp
 using device_actor = caf::typed_actor<
     caf::reacts_to<begin_generation_msg>, caf::reacts_to<shard_msg>, caf::reacts_to<evaluate_msg>,
     caf::reacts_to<snapshot_msg>, caf::reacts_to<finish_msg>, caf::replies_to<suspend_atom>::with<std::int64_t>,
-    caf::replies_to<state_atom>::with<state_msg>, caf::reacts_to<inject_msg>, caf::reacts_to<params_request>>;
+    caf::replies_to<state_atom>::with<state_msg>, caf::reacts_to<inject_msg>, caf::reacts_to<params_request>,
+    caf::reacts_to<drain_atom, std::int64_t>>;
 
 using loader_actor = caf::typed_actor<
     caf::reacts_to<generation_plan>, caf::reacts_to<committed_msg>, caf::reacts_to<eval_done_msg>,

@@ -45,8 +45,10 @@ std::vector<float> checkpoint_state(const device_setup& setup, std::int64_t last
 void send_worker_states(device_ptr self, std::int64_t step, std::span<const std::uint32_t> also) {
   auto& st = self->state;
   worker_states_msg msg{step, {}, {}, {}};
-  if (st.runner->computed_step() == step)
-    msg.workers.assign(st.runner->computed_slices().begin(), st.runner->computed_slices().end());
+  const step_runner& runner =
+      st.second_runner && st.second_runner->computed_step() == step ? *st.second_runner : *st.runner;
+  if (runner.computed_step() == step)
+    msg.workers.assign(runner.computed_slices().begin(), runner.computed_slices().end());
   msg.workers.insert(msg.workers.end(), also.begin(), also.end());
   try {
     for (const std::uint32_t k : msg.workers) {
@@ -82,25 +84,68 @@ void perturb(replica& model) {
   model.import_state(state);
 }
 
-// One step of a shard message; adds its record for the report (first member).
-void run_step(device_ptr self, const step_shard& shard) {
+// Note [Overlapped delayed rounds]
+// With sync.delay = 1 a round's update is applied one round late (See Note
+// [Delayed rounds]): round r + 1 starts from the global weights with round
+// r - 1's update applied, which round r's exchange does not change. So round
+// r's exchange runs on a thread of its own while round r + 1 computes (PCCL's
+// overlap: communication off the critical path). synchronize(r) updates the
+// replica (`model`) on that thread; round r + 1 computes on a shadow replica
+// that holds model's state with the update synchronize(r) is about to apply
+// already applied (step_runner::preview_update: the same calls of the
+// replica), with the other step runner, into the shadow's gradient buffers.
+// Two shadows take turns, as round r's exchange reads the buffers round r
+// computed into. Once round r + 1 has computed, the device waits for exchange
+// r, makes its record, and compares model's parameters with the shadow's,
+// bit for bit: where they differ (round r was not finite and skipped), round
+// r + 1 is computed again on model, as without the overlap. Its record and
+// its trained event (which the reducer acknowledges) are made only then,
+// from model's state, so records and bytes are those of the run without the
+// overlap: the same calls on the same values. A device may so start round
+// r + 1 while another still computes round r, and may steal one of its
+// workers: a worker's round waits until its round before is in the store
+// (logical_worker_store::read_when_written), as the exchange made it wait
+// before. The device's other messages (a
+// snapshot, an evaluation, a new generation, the reducer's requests) first
+// wait for the exchange in flight; after a shard message the device sends
+// itself drain_atom, which waits for it, unless the next shard message,
+// already queued, came first and overlapped it. Overlapped: fp32 rounds (a
+// codec's residual of round r is written by its exchange and read by round
+// r + 1) on CPU replicas without module buffers (which the reduced gradient
+// would carry), never the run's last round (it flushes) nor a step whose
+// fault perturbs the replica.
+
+// Whether this step's exchange may run while the next step computes.
+bool overlaps(const device_state& st, const step_shard& shard) {
+  return st.setup->shadows[0] && st.second_runner && shard.sliced() && st.setup->workers &&
+         !st.setup->workers->flushes(shard.step) && !st.runner->perturbs(shard.step);
+}
+
+// Forward and backward of a step on `on`, with `runner`.
+computed_step compute_step(device_ptr self, const step_shard& shard, replica& on, step_runner& runner) {
+  auto& st = self->state;
+  const dataset& rows = shard.rows ? *shard.rows : *st.setup->train;
+  computed_step s;
+  s.step = shard.step;
+  s.epoch = shard.epoch;
+  s.runner = &runner;
+  s.c = shard.sliced() ? runner.compute_slices(shard, on, rows, *st.setup->control, *st.group, st.setup->workers.get())
+                       : runner.compute(shard, on, rows, *st.setup->control, *st.group, st.comm.get());
+  // A sliced step returns nothing: what a member did not compute, another did.
+  s.returned = s.c.sliced ? 0 : shard.indices.size() - s.c.done;
+  return s;
+}
+
+// Before a step's exchange: the state it is carried into (for its record)
+// and, across processes, its trained record acknowledged by the reducer.
+void announce(device_ptr self, computed_step& s) {
   auto& st = self->state;
   replica& model = *st.setup->model;
   // See train.verify_replicas: the state as this member carries it into the
   // step, before the step's gather could make the replicas equal again.
-  if (st.runner->perturbs(shard.step)) perturb(model);
   const bool record = st.setup->on_trained || st.setup->trained_to_reducer;
-  const std::uint64_t carried = st.setup->verify_replicas || record ? model.state_checksum() : 0;
-  const std::int64_t counter = model.optimizer_steps();
-  const dataset& rows = shard.rows ? *shard.rows : *st.setup->train;
-  const step_runner::computed c =
-      shard.sliced() ? st.runner->compute_slices(shard, model, rows, *st.setup->control, *st.group, st.setup->workers.get())
-                     : st.runner->compute(shard, model, rows, *st.setup->control, *st.group, st.comm.get());
-  // A sliced step returns nothing: what a member did not compute, another did.
-  const std::size_t returned = c.sliced ? 0 : shard.indices.size() - c.done;
-  if (returned > 0)
-    self->send(st.reducer, shard_cut_msg{st.generation, shard.step, st.rank, c.stats.samples,
-                                         {shard.indices.begin() + static_cast<std::ptrdiff_t>(c.done), shard.indices.end()}});
+  s.carried = st.setup->verify_replicas || record ? model.state_checksum() : 0;
+  s.counter = model.optimizer_steps();
   // Note [A remote device's record arrives before its gradients]
   // A step commits with a member's samples once its gradients reached the
   // others. Sent after the exchange, the record of a device in a worker
@@ -113,7 +158,7 @@ void run_step(device_ptr self, const step_shard& shard) {
   // leaves a record of its generation that a later generation starting at
   // or before its step voids (trained_event::generation).
   if (record && st.setup->trained_to_reducer && !st.halted) {
-    trained_event e{st.setup->name, shard.step, shard.epoch, c.stats.samples, c.digest, carried, st.generation};
+    trained_event e{st.setup->name, s.step, s.epoch, s.c.stats.samples, s.c.digest, s.carried, st.generation};
     bool answered = false;
     std::string why = "no answer within the collective timeout";
     caf::scoped_actor waiter{self->system()};
@@ -121,44 +166,143 @@ void run_step(device_ptr self, const step_shard& shard) {
         .receive([&](std::int64_t) { answered = true; }, [&](const caf::error& err) { why = to_string(err); });
     if (!answered)
       throw error(error_kind::internal, "the coordinator did not take the record of step " +
-                                            std::to_string(shard.step + 1) + ": " + why);
+                                            std::to_string(s.step + 1) + ": " + why);
   }
-  st.late.step = shard.step;
-  const std::span<const float> header =
-      st.runner->synchronize(c, returned, model, *st.comm, st.setup->collective, &st.late, st.setup->schedule);
+}
+
+// After a step's exchange: the state it leaves, and its record for the
+// report (first member).
+void after_exchange(device_ptr self, const computed_step& s, std::span<const float> header) {
+  auto& st = self->state;
+  replica& model = *st.setup->model;
   // fault spec kill:R@S, in a worker process only (validated at launch):
   // the step's gradients have left, its report has not.
-  if (st.setup->remote_group && st.runner->kills_after(shard.step)) ::raise(SIGKILL);
-  const bool applied = st.runner->applied();
+  if (st.setup->remote_group && s.runner->kills_after(s.step)) ::raise(SIGKILL);
+  const bool applied = s.runner->applied();
   // See Note [Non-finite steps]: stopped, this replica keeps the state of
   // the step before, for the final checkpoint.
   if (!applied && st.setup->on_nonfinite == nonfinite_policy::stop) st.halted = true;
-  else st.last_step = shard.step;
-  st.setup->control->progress.mark(device_phase::data, shard.step + 1);
+  else st.last_step = s.step;
+  st.setup->control->progress.mark(device_phase::data, s.step + 1);
   st.setup->control->progress.end_warm_up();
   if (st.rank == 0 && st.setup->latest && applied && st.setup->latest->due()) {
     st.latest_scratch.resize(st.setup->latest->parameter_count());
     model.copy_parameters(st.latest_scratch);
     st.setup->latest->publish(model.optimizer_steps(), st.latest_scratch);
   }
+  const bool record = st.setup->on_trained || st.setup->trained_to_reducer;
   if (record && !st.halted && !st.setup->trained_to_reducer)
-    st.setup->on_trained(trained_event{st.setup->name, shard.step, shard.epoch, c.stats.samples, c.digest, carried,
-                                       st.generation});
+    st.setup->on_trained(
+        trained_event{st.setup->name, s.step, s.epoch, s.c.stats.samples, s.c.digest, s.carried, st.generation});
   if (st.rank == 0 || st.setup->verify_replicas) {
     const auto m = static_cast<std::size_t>(st.comm->size());
-    step_record rec{shard.step, shard.epoch, static_cast<double>(header[h_loss]),
-                    static_cast<std::int64_t>(header[h_correct]), static_cast<std::int64_t>(header[h_samples]), carried,
-                    counter, {}, {}, {}};
+    step_record rec{s.step, s.epoch, static_cast<double>(header[h_loss]),
+                    static_cast<std::int64_t>(header[h_correct]), static_cast<std::int64_t>(header[h_samples]), s.carried,
+                    s.counter, {}, {}, {}};
     const auto times = header.subspan(h_members, m), samples = header.subspan(h_members + m, m),
                back = header.subspan(h_members + 2 * m, m);
     rec.compute_s.assign(times.begin(), times.end());
     rec.member_samples.assign(samples.begin(), samples.end());
     rec.member_returned.assign(back.begin(), back.end());
-    rec.lr = st.runner->applied_lr();
+    rec.lr = s.runner->applied_lr();
     rec.nonfinite = static_cast<std::int64_t>(header[h_nonfinite]);
     rec.applied = applied;
     st.records.push_back(std::move(rec));
   }
+}
+
+// Waits for the exchange in flight, if any, and makes its step's record.
+// Throws what the exchange threw, with st.failed_step set to its step.
+void drain(device_ptr self) {
+  auto& st = self->state;
+  if (!st.in_flight) return;
+  const std::unique_ptr<exchange_in_flight> f = std::move(st.in_flight);
+  // Waiting in the exchange, as a member in the step's collective (See Note
+  // [Progress-based hang detection]): a hung member is found as before.
+  st.setup->control->progress.mark(device_phase::collective, f->step.step);
+  f->thread.join();
+  if (f->error) {
+    st.failed_step = f->step.step;
+    std::rethrow_exception(f->error);
+  }
+  after_exchange(self, f->step, f->header);
+}
+
+// Starts step s's exchange on a thread of its own, after making the next
+// step's preview on the shadow that `computed_on` is not.
+void launch(device_ptr self, computed_step s, replica& computed_on) {
+  auto& st = self->state;
+  replica& model = *st.setup->model;
+  replica& next = &computed_on == st.setup->shadows[0].get() ? *st.setup->shadows[1] : *st.setup->shadows[0];
+  next.import_state(model.state_buffer());
+  s.runner->preview_update(s.c, next, st.setup->schedule);
+  auto f = std::make_unique<exchange_in_flight>();
+  f->step = std::move(s);
+  f->computed_on = &computed_on;
+  f->next = &next;
+  f->late.reducer = st.reducer;
+  f->late.generation = st.generation;
+  f->late.step = f->step.step;
+  f->late.rank = st.rank;
+  exchange_in_flight* raw = f.get();
+  f->thread = std::thread([raw, &model, comm = st.comm.get(), options = st.setup->collective,
+                           schedule = &st.setup->schedule] {
+    flush_denormals_to_zero();  // the arithmetic of the actor's thread
+    try {
+      const std::span<const float> header = raw->step.runner->synchronize(raw->step.c, raw->step.returned, model, *comm,
+                                                                          options, &raw->late, *schedule);
+      raw->header.assign(header.begin(), header.end());
+    } catch (...) {
+      raw->error = std::current_exception();
+    }
+  });
+  st.in_flight = std::move(f);
+}
+
+// One step of a shard message; adds its record for the report (first member).
+void run_step(device_ptr self, const step_shard& shard) {
+  auto& st = self->state;
+  replica& model = *st.setup->model;
+  if (overlaps(st, shard)) {  // See Note [Overlapped delayed rounds]
+    const bool busy = st.in_flight != nullptr;
+    replica& on = busy ? *st.in_flight->next : model;
+    step_runner& runner = busy && st.in_flight->step.runner == &*st.runner ? *st.second_runner : *st.runner;
+    computed_step s = compute_step(self, shard, on, runner);
+    replica* computed_on = &on;
+    if (busy) {
+      drain(self);
+      if (st.halted || st.group->aborted()) return;
+      const std::size_t p = model.layout().parameter_size;
+      if (std::equal(model.state_buffer().begin(), model.state_buffer().begin() + static_cast<std::ptrdiff_t>(p),
+                     on.state_buffer().begin())) {
+        st.setup->control->overlapped.fetch_add(1, std::memory_order_relaxed);
+      } else {  // the same slices again, from model's parameters (their claims on the board are made)
+        step_shard again = shard;
+        again.board = nullptr;
+        std::vector<std::uint32_t> mine(runner.computed_slices().begin(), runner.computed_slices().end());
+        std::sort(mine.begin(), mine.end());
+        again.own(mine);
+        s = compute_step(self, again, model, runner);
+        computed_on = &model;
+      }
+    }
+    announce(self, s);
+    launch(self, std::move(s), *computed_on);
+    return;
+  }
+  drain(self);
+  // See train.verify_replicas: fault perturb:R@S flips a bit of the state
+  // this member carries into the step.
+  if (st.runner->perturbs(shard.step)) perturb(model);
+  computed_step s = compute_step(self, shard, model, *st.runner);
+  if (s.returned > 0)
+    self->send(st.reducer, shard_cut_msg{st.generation, shard.step, st.rank, s.c.stats.samples,
+                                         {shard.indices.begin() + static_cast<std::ptrdiff_t>(s.c.done), shard.indices.end()}});
+  announce(self, s);
+  st.late.step = shard.step;
+  const std::span<const float> header =
+      st.runner->synchronize(s.c, s.returned, model, *st.comm, st.setup->collective, &st.late, st.setup->schedule);
+  after_exchange(self, s, header);
 }
 
 // See bytes_msg: a device in another process than the reducer's says what
@@ -179,11 +323,60 @@ void send_report(device_ptr self) {
   st.records.clear();
 }
 
+enum class outcome { done, aborted, quit };
+
+// Runs `work` (steps of `step`, or the wait for an exchange in flight); a
+// collective that failed is reported as the step's abort, anything else as
+// the device's failure, which ends it. An exchange still in flight is
+// waited for first, and its record kept if it succeeded.
+template <class Work>
+outcome guarded(device_ptr self, std::int64_t step, Work work) {
+  auto& st = self->state;
+  const auto settle_quietly = [&] {
+    try {
+      drain(self);
+    } catch (...) {
+      st.failed_step.reset();
+    }
+  };
+  try {
+    work();
+    return outcome::done;
+  } catch (const collective_error& e) {
+    const std::int64_t at = std::exchange(st.failed_step, std::nullopt).value_or(step);
+    settle_quietly();
+    send_report(self);
+    self->send(st.reducer, step_aborted_msg{st.generation, at, st.rank, e.what()});
+    return outcome::aborted;
+  } catch (const std::exception& e) {
+    const std::int64_t at = std::exchange(st.failed_step, std::nullopt).value_or(step);
+    settle_quietly();
+    send_report(self);
+    report_failure(self, at, e.what());
+    self->quit(caf::make_error(caf::sec::runtime_error, e.what()));
+    return outcome::quit;
+  }
+}
+
+// Before any message but the next shard: the exchange in flight is done
+// and its record sent (See Note [Overlapped delayed rounds]).
+outcome settle(device_ptr self) {
+  auto& st = self->state;
+  if (!st.in_flight) return outcome::done;
+  const outcome o = guarded(self, st.in_flight->step.step, [self] { drain(self); });
+  if (o == outcome::done) send_report(self);
+  return o;
+}
+
 }  // namespace
 
 void late_reporter::on_late(std::span<const int> missing_ranks) {
   auto& st = self->state;
   self->send(st.reducer, late_msg{st.generation, step, st.rank, {missing_ranks.begin(), missing_ranks.end()}});
+}
+
+void async_late_reporter::on_late(std::span<const int> missing_ranks) {
+  caf::anon_send(reducer, late_msg{generation, step, rank, {missing_ranks.begin(), missing_ranks.end()}});
 }
 
 device_actor::behavior_type device_behavior(device_ptr self, std::shared_ptr<device_setup> setup) {
@@ -194,19 +387,27 @@ device_actor::behavior_type device_behavior(device_ptr self, std::shared_ptr<dev
   self->state.setup = std::move(setup);
   self->state.late.self = self;
   const auto& s = *self->state.setup;
-  self->state.runner.emplace(s.id, s.faults, s.fault_seed, s.late_factor, s.late_floor_s, s.buckets);
-  self->state.runner->set_nonfinite_policy(s.on_nonfinite);
-  self->state.runner->set_gather_gradients(s.workers != nullptr);
-  self->state.runner->set_int8_codec(s.workers != nullptr && s.workers->setup().codec == sync_codec::int8);
-  self->state.runner->set_bf16_codec(s.workers != nullptr ? s.workers->setup().codec == sync_codec::bf16
-                                                          : s.step_codec == sync_codec::bf16);
-  if (s.workers != nullptr) self->state.runner->set_fragments(s.workers->setup().fragments);
+  const auto make_runner = [&s](std::optional<step_runner>& runner) {
+    runner.emplace(s.id, s.faults, s.fault_seed, s.late_factor, s.late_floor_s, s.buckets);
+    runner->set_nonfinite_policy(s.on_nonfinite);
+    runner->set_gather_gradients(s.workers != nullptr);
+    runner->set_int8_codec(s.workers != nullptr && s.workers->setup().codec == sync_codec::int8);
+    runner->set_bf16_codec(s.workers != nullptr ? s.workers->setup().codec == sync_codec::bf16
+                                                : s.step_codec == sync_codec::bf16);
+    if (s.workers != nullptr) runner->set_fragments(s.workers->setup().fragments);
+  };
+  make_runner(self->state.runner);
+  if (s.shadows[0]) {  // See Note [Overlapped delayed rounds]
+    make_runner(self->state.second_runner);
+    s.workers->wait_for_previous_rounds([self] { return !self->state.group || self->state.group->aborted(); });
+  }
   // See Note [Progress-based hang detection]: until its first step is done.
   s.control->progress.begin_warm_up(device_phase::data, self->state.last_step + 1);
   self->state.last_step = self->state.setup->model->optimizer_steps() - 1;
   return {
       [self](begin_generation_msg& msg) {
         auto& st = self->state;
+        if (settle(self) == outcome::quit) return;
         st.generation = msg.generation;
         st.rank = msg.rank;
         st.reducer = msg.reducer;
@@ -252,23 +453,19 @@ device_actor::behavior_type device_behavior(device_ptr self, std::shared_ptr<dev
         for (const step_shard& shard : msg.steps) {
           // Planned for an ended generation, or the reducer is ending this one.
           if (msg.generation != st.generation || !st.group || st.group->aborted() || st.halted) break;
-          try {
-            run_step(self, shard);
-          } catch (const collective_error& e) {
-            send_report(self);
-            self->send(st.reducer, step_aborted_msg{st.generation, shard.step, st.rank, e.what()});
-            return;
-          } catch (const std::exception& e) {
-            send_report(self);
-            report_failure(self, shard.step, e.what());
-            self->quit(caf::make_error(caf::sec::runtime_error, e.what()));
-            return;
-          }
+          if (guarded(self, shard.step, [&] { run_step(self, shard); }) != outcome::done) return;
         }
+        // See Note [Overlapped delayed rounds]: done after the next shard
+        // message if one is queued, else now.
+        if (st.in_flight) self->send(self, drain_atom::value, st.in_flight->step.step);
         send_report(self);
+      },
+      [self](drain_atom, std::int64_t step) {
+        if (self->state.in_flight && self->state.in_flight->step.step == step) settle(self);
       },
       [self](const evaluate_msg& msg) {
         auto& st = self->state;
+        if (settle(self) != outcome::done) return;
         if (msg.generation != st.generation || !st.group || st.group->aborted()) return;
         st.eval_rows.resize(msg.end - msg.begin);
         std::iota(st.eval_rows.begin(), st.eval_rows.end(), msg.begin);
@@ -301,6 +498,7 @@ device_actor::behavior_type device_behavior(device_ptr self, std::shared_ptr<dev
       },
       [self](const snapshot_msg& msg) {
         auto& st = self->state;
+        if (settle(self) != outcome::done) return;
         if (msg.generation != st.generation || !st.group || st.group->aborted()) return;
         if (st.setup->workers) {  // See Note [A checkpoint's logical workers]
           send_worker_states(self, msg.step, msg.workers);
@@ -309,20 +507,29 @@ device_actor::behavior_type device_behavior(device_ptr self, std::shared_ptr<dev
         }
         self->send(st.reducer, state_msg{msg.step, checkpoint_state(*st.setup, msg.step)});
       },
-      [](const finish_msg&) {
+      [self](const finish_msg&) {
         // Nothing more will come in this generation; the engine ends the actor.
+        settle(self);
       },
-      [self](suspend_atom) -> std::int64_t { return self->state.last_step; },
+      [self](suspend_atom) -> std::int64_t {
+        settle(self);
+        return self->state.last_step;
+      },
       [self](state_atom) -> caf::result<state_msg> {
+        settle(self);
         try {
           return state_msg{self->state.last_step, checkpoint_state(*self->state.setup, self->state.last_step)};
         } catch (const std::exception& e) {  // across processes another node holds some logical workers
           return caf::make_error(caf::sec::runtime_error, e.what());
         }
       },
-      [self](const inject_msg& msg) { self->state.runner->add_fault(parse_fault_spec(msg.spec)); },
+      [self](const inject_msg& msg) {
+        self->state.runner->add_fault(parse_fault_spec(msg.spec));
+        if (self->state.second_runner) self->state.second_runner->add_fault(parse_fault_spec(msg.spec));
+      },
       [self](const params_request& req) {
         auto& st = self->state;
+        settle(self);
         params_reply reply;
         reply.step = st.setup->model->optimizer_steps();
         reply.values.resize(st.setup->model->layout().parameter_size);

@@ -25,7 +25,10 @@
 // the collective with the samples it has, and reports the untouched indices
 // (shard_cut_msg); the loader hands them out again later in the epoch.
 
+#include <array>
 #include <atomic>
+#include <exception>
+#include <thread>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -87,6 +90,9 @@ struct device_setup {
   // group object (group_ticket.local): it makes its part of the group from
   // the ticket and the group's size (a worker's Gloo group, actors/worker.cpp).
   std::function<std::shared_ptr<collective_group>(const group_ticket& ticket, int size)> remote_group;
+  // See Note [Overlapped delayed rounds]: where the next round computes
+  // while a round's exchange runs; empty where rounds do not overlap.
+  std::array<std::unique_ptr<replica>, 2> shadows;
 };
 
 // Tells the reducer who is late in the current step's collective.
@@ -94,6 +100,43 @@ struct late_reporter final : late_observer {
   void on_late(std::span<const int> missing_ranks) override;
   device_actor::stateful_pointer<struct device_state> self = nullptr;
   std::int64_t step = 0;
+};
+
+// A late_observer for an exchange on another thread than the actor's.
+struct async_late_reporter final : late_observer {
+  void on_late(std::span<const int> missing_ranks) override;
+  reducer_actor reducer;
+  std::int64_t generation = 0;
+  std::int64_t step = 0;
+  std::int32_t rank = 0;
+};
+
+// What a step computed and the record it still has to make once its
+// exchange is done (See Note [Overlapped delayed rounds]).
+struct computed_step {
+  std::int64_t step = 0;
+  std::int64_t epoch = 0;
+  step_runner::computed c;
+  std::size_t returned = 0;
+  std::uint64_t carried = 0;  // the state's checksum carried into the step
+  std::int64_t counter = 0;   // the optimizer steps before it
+  step_runner* runner = nullptr;
+};
+
+// A round's exchange running on a thread of its own while the next round
+// computes (See Note [Overlapped delayed rounds]). Joined before it is
+// destroyed.
+struct exchange_in_flight {
+  computed_step step;
+  replica* computed_on = nullptr;  // whose gradient buffers the exchange reads
+  replica* next = nullptr;         // where the next round computes: the preview
+  async_late_reporter late;
+  std::vector<float> header;       // the reduced header, once done
+  std::exception_ptr error;
+  std::thread thread;
+  ~exchange_in_flight() {
+    if (thread.joinable()) thread.join();
+  }
 };
 
 struct device_state {
@@ -107,6 +150,11 @@ struct device_state {
   std::int64_t last_step = -1;  // last step whose update this replica applied
   std::vector<std::uint32_t> eval_rows;
   std::optional<step_runner> runner;
+  // See Note [Overlapped delayed rounds]: a second runner, so that one
+  // computes while the other's exchange runs, and that exchange.
+  std::optional<step_runner> second_runner;
+  std::unique_ptr<exchange_in_flight> in_flight;
+  std::optional<std::int64_t> failed_step;  // the step whose exchange threw, when not the current one
   late_reporter late;
   std::vector<step_record> records;  // of the shard message in progress
   // A step of this generation was not finite and train.on_nonfinite is

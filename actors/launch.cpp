@@ -387,8 +387,6 @@ launch_plan prepare_launch(const job_config& config, const run_options& options,
   plan.schedule = make_lr_schedule(config, plan.run_steps);
   if (plan.rounds) finish_round_plan(config, plan);
   if (plan.rounds && plan.rounds->delayed) {
-    engine_log()->warn("sync.delay = 1: each round's exchange is applied one round late, but in this version it "
-                       "still runs between the rounds, not during the next one (docs/async.md)");
     if (config.sync.mode == sync_mode::diloco && config.sync.outer_lr == sync_config{}.outer_lr)
       engine_log()->warn("sync.delay = 1 with the default sync.outer_lr = {}: on the default job the delayed outer "
                          "step ended 2.5 points below the same run without the delay, and 0.5 with "
@@ -447,6 +445,12 @@ std::shared_ptr<device_setup> make_device_setup(const job_config& config, const 
     outer.optimizer = plan.outer_optimizer;
     setup->model = make_replica(outer, shape, id, plan.torch_factory);
     setup->workers = std::make_shared<logical_worker_runner>(make_replica(config, shape, id, plan.torch_factory), plan.rounds);
+    // See Note [Overlapped delayed rounds]: the replicas the next round
+    // computes on while a round's exchange runs.
+    const state_layout& l = setup->model->layout();
+    if (plan.rounds->delayed && config.sync.overlap && plan.rounds->codec == sync_codec::fp32 &&
+        setup->model->native_stream() == nullptr && l.buffer_begin == l.parameter_size)
+      for (auto& shadow : setup->shadows) shadow = make_replica(outer, shape, id, plan.torch_factory);
   } else {
     setup->model = make_replica(config, shape, id, plan.torch_factory);
     setup->step_codec = config.sync.codec;  // See Note [Bf16 steps]

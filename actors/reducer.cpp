@@ -242,6 +242,8 @@ void maybe_finish(reducer_ptr self) {
   const bytes_totals bytes = device_bytes(st);
   s.bytes_sent = static_cast<std::int64_t>(bytes.sent);
   s.largest_send = static_cast<std::int64_t>(bytes.largest_call);
+  s.overlapped_exchanges = 0;
+  for (const auto& [id, h] : st.devices) s.overlapped_exchanges += h.control->overlapped.load(std::memory_order_relaxed);
   st.setup.control->finish(s);
 }
 

@@ -235,6 +235,7 @@ simulated_device_actor::behavior_type simulated_device_behavior(sim_ptr self,
       [](const params_request& req) {
         req.reply->set_exception(std::make_exception_ptr(std::logic_error("a simulated device holds no parameters")));
       },
+      [](drain_atom, std::int64_t) {},  // its exchanges are not overlapped
   };
 }
 

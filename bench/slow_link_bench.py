@@ -9,7 +9,9 @@ by side, interleaved, --repeats times each:
 
   every_step        the gradients all-reduced every step
   diloco            sync.mode = "diloco", H = --every, K = 3
-  diloco+delay      the same with sync.delay = 1 (sync.outer_lr = 0.35)
+  diloco+delay      the same with sync.delay = 1 (sync.outer_lr = 0.35): each round's
+                    exchange runs while the next round computes (sync.overlap)
+  delay, no overlap the same with sync.overlap = false: the exchange between the rounds
   no exchange       the same job with nothing sent: 3 independent processes
                     of one logical worker each (sync.workers = 1, a third of
                     the batch), run at the same time; their rates added
@@ -136,6 +138,7 @@ def main():
     diloco = base + ["--set", "sync.mode=\"diloco\"", "--set", f"sync.every={args.every}", "--set",
                      f"train.max_steps={rounds}", "--set", f"train.log_every={max(1, rounds // 12)}"]
     delayed = diloco + ["--set", "sync.delay=1", "--set", "sync.outer_lr=0.35"]
+    between = delayed + ["--set", "sync.overlap=false"]
     alone = ["--batch-size", str(args.batch // 3), "--epochs", "1", "--set", "train.eval_every=0", "--set",
              "sync.mode=\"diloco\"", "--set", f"sync.every={args.every}", "--set", "sync.workers=1", "--set",
              f"train.max_steps={rounds}", "--set", f"train.log_every={max(1, rounds // 12)}"]
@@ -145,11 +148,12 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for rate in args.rates.split(","):
             set_rate(rate)
-            rows = {"every_step": [], "diloco": [], "diloco+delay": [], "no exchange": []}
+            rows = {"every_step": [], "diloco": [], "diloco+delay": [], "delay, no overlap": [], "no exchange": []}
             for r in range(args.repeats):
                 rows["every_step"].append(rate_of(cluster_run(args.dpactor, every_step_at(rate), tmp, f"e{rate}{r}"), args.warmup))
                 rows["diloco"].append(rate_of(cluster_run(args.dpactor, diloco, tmp, f"d{rate}{r}"), args.warmup))
                 rows["diloco+delay"].append(rate_of(cluster_run(args.dpactor, delayed, tmp, f"l{rate}{r}"), args.warmup))
+                rows["delay, no overlap"].append(rate_of(cluster_run(args.dpactor, between, tmp, f"b{rate}{r}"), args.warmup))
                 rows["no exchange"].append(sum(rate_of(m, args.warmup) for m in alone_runs(args.dpactor, alone, tmp,
                                                                                               f"a{rate}{r}")))
             med = {k: statistics.median(v) for k, v in rows.items()}
@@ -161,6 +165,7 @@ def main():
                 print(f"| {k} | {med[k]:,.0f} | {', '.join(f'{x:,.0f}' for x in v)} |")
             print(f"diloco / every_step = {med['diloco'] / med['every_step']:.2f}x; "
                   f"diloco+delay / no exchange = {med['diloco+delay'] / med['no exchange']:.2f}; "
+                  f"overlap / no overlap = {med['diloco+delay'] / med['delay, no overlap']:.2f}x; "
                   f"diloco / no exchange = {med['diloco'] / med['no exchange']:.2f}")
     return 0
 

@@ -53,6 +53,9 @@ void progress_printer::print_summary(const run_summary& s) {
   if (s.bytes_sent > 0)
     std::fprintf(out_, "sent %.1f MB by the collectives (largest call %.2f MB)\n", static_cast<double>(s.bytes_sent) / 1e6,
                  static_cast<double>(s.largest_send) / 1e6);
+  if (s.overlapped_exchanges > 0)
+    std::fprintf(out_, "%lld round exchanges ran during the next round (sync.overlap)\n",
+                 static_cast<long long>(s.overlapped_exchanges));
   if (!s.checkpoint.empty()) std::fprintf(out_, "checkpoint: %s\n", s.checkpoint.c_str());
   std::fflush(out_);
   line_open_ = false;

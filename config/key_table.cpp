@@ -334,8 +334,12 @@ const std::vector<key_spec>& keys() {
               "point of the round, so one exchange sends about 1/P of the bytes.");
     b.integer("delay", [](job_config& c) -> std::int64_t& { return c.sync.delay; }, 0,
               "1: the exchange of round r is applied one round late: each worker starts round r+1 from the "
-              "global weights plus its own last round (docs/async.md; the overlap with round r+1's inner steps is "
-              "not built yet).", 1);
+              "global weights plus its own last round, and the exchange runs while round r+1's inner steps run "
+              "(sync.overlap; docs/async.md).", 1);
+    b.boolean("overlap", [](job_config& c) -> bool& { return c.sync.overlap; },
+              "With sync.delay = 1: round r's exchange runs on a thread of its own while round r+1's inner steps "
+              "run (fp32 rounds on CPU replicas without module buffers; elsewhere between the rounds). false: "
+              "always between the rounds. The same bytes either way.");
     b.choice<sync_codec>("codec", [](job_config& c) -> sync_codec& { return c.sync.codec; },
                          {{"fp32", sync_codec::fp32}, {"bf16", sync_codec::bf16}, {"int8", sync_codec::int8}},
                          "What the pseudo-gradients travel as: int8 sends one byte a value (a quarter of fp32's), "

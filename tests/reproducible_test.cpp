@@ -172,6 +172,7 @@ INSTANTIATE_TEST_SUITE_P(Slices, SameBytes,
                          ::testing::Values(job_case{"mlp", 64}, job_case{"mlp", 16, "every_step", "fp32", 1, 0, 150},
                                            job_case{"cnn", 16, "every_step", "fp32", 1, 0, 100},
                                            job_case{"mlp", 64, "diloco", "int8", 1, 1, 100},
+                                           job_case{"mlp", 64, "diloco", "fp32", 1, 1, 100},
                                            job_case{"mlp", 64, "diloco", "bf16", 2, 0, 100}),
                          [](const auto& info) {
                            if (info.param.mode != "every_step")

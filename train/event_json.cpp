@@ -70,6 +70,7 @@ json to_json(const run_summary& s) {
           {"requeued", s.requeued},
           {"bytes_sent", s.bytes_sent},
           {"largest_send", s.largest_send},
+          {"overlapped_exchanges", s.overlapped_exchanges},
           {"max_recovery_ms", s.max_recovery_ms},
           {"checkpoint", s.checkpoint},
           {"stopped", s.stopped}};

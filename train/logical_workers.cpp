@@ -1,7 +1,10 @@
 #include "train/logical_workers.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <stdexcept>
+
+#include "comms/collective.hpp"
 
 namespace dpactor {
 
@@ -9,7 +12,7 @@ logical_worker_store::logical_worker_store(std::size_t workers, std::vector<floa
     : initial_(std::move(initial)), states_(workers) {}
 
 logical_worker_store::logical_worker_store(std::size_t workers, std::span<const float> initial, std::int64_t first_round)
-    : states_(workers) {
+    : first_round_(first_round), states_(workers) {
   const std::size_t per = initial.size() / workers;
   initial_.assign(initial.begin(), initial.begin() + static_cast<std::ptrdiff_t>(per));  // not read: every worker has one
   for (std::size_t k = 0; k < workers; ++k)
@@ -52,8 +55,25 @@ std::vector<float> logical_worker_store::read(std::size_t k, std::int64_t round)
   return initial_;
 }
 
+std::optional<std::vector<float>> logical_worker_store::read_when_written(std::size_t k, std::int64_t round,
+                                                                          const std::function<bool()>& stop,
+                                                                          const std::function<void()>& waiting) const {
+  {
+    std::unique_lock lock(mutex_);
+    while (round > first_round_ && states_.at(k).held && states_[k].rounds.count(round - 1) == 0) {
+      lock.unlock();
+      if (stop()) return std::nullopt;
+      waiting();
+      lock.lock();
+      written_.wait_for(lock, std::chrono::milliseconds(5));
+    }
+  }
+  return read(k, round);
+}
+
 void logical_worker_store::write(std::size_t k, std::int64_t round, std::vector<float> state) {
   const std::lock_guard lock(mutex_);
+  written_.notify_all();
   auto& w = states_.at(k);
   w.rounds.insert_or_assign(round, std::move(state));
   const auto keep = w.rounds.lower_bound(w.rounds.rbegin()->first - kept_rounds);
@@ -81,7 +101,16 @@ batch_stats logical_worker_runner::run(std::size_t k, std::int64_t round, double
   const std::size_t p = shape.parameters;
   if (global.size() < p || out.size() < p)
     throw std::logic_error("a logical worker's round: the global model's parameters do not match the inner model's");
-  std::vector<float> own = setup_->store->read(k, round);
+  std::vector<float> own;
+  if (stop_) {  // See Note [Overlapped delayed rounds]
+    auto ready = setup_->store->read_when_written(k, round, stop_, [&] { progress.mark(device_phase::collective, round); });
+    if (!ready)
+      throw collective_error(collective_errc::aborted, "the generation ended while logical worker " + std::to_string(k) +
+                                                           " waited for its round " + std::to_string(round));
+    own = std::move(*ready);
+  } else {
+    own = setup_->store->read(k, round);
+  }
   if (own.size() != shape.size()) throw std::logic_error("a logical worker's state does not match the inner model's");
   // Where the worker starts: the global parameters, or with fragments its
   // own, with the fragment exchanged last step taken from the global ones

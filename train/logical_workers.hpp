@@ -66,11 +66,14 @@
 // exchange, as without the delay: the update that applies them late is in
 // the outer state (optimizer.safetensors' "pending" tensors), which a
 // checkpoint holds and a newcomer receives. The arithmetic is the same
-// whether the exchange overlaps the next round or not; in this version it
-// runs before the next round starts, as without the delay.
+// whether the exchange overlaps the next round or not (See Note [Overlapped
+// delayed rounds], actors/device.cpp).
 
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -104,6 +107,14 @@ class logical_worker_store {
   void hold_only(std::span<const std::size_t> workers);
   // Worker k's state at the start of round `round`.
   std::vector<float> read(std::size_t k, std::int64_t round) const;
+  // The same, once worker k's round `round` - 1 is written (at once for the
+  // store's first round), calling waiting() every few milliseconds until
+  // then; nullopt if stop() says so first. See Note [Overlapped delayed
+  // rounds]: a device may start round r + 1 while another still computes
+  // round r.
+  std::optional<std::vector<float>> read_when_written(std::size_t k, std::int64_t round,
+                                                      const std::function<bool()>& stop,
+                                                      const std::function<void()>& waiting) const;
   // Every worker's state at the start of round `round`, worker after worker
   // (what a checkpoint after round `round` - 1 holds).
   std::vector<float> read_all(std::int64_t round) const;
@@ -117,6 +128,8 @@ class logical_worker_store {
   // Rounds whose states are kept behind the newest written.
   static constexpr std::int64_t kept_rounds = 3;
   mutable std::mutex mutex_;
+  mutable std::condition_variable written_;
+  std::int64_t first_round_ = 0;  // the round the store starts at
   std::vector<float> initial_;
   struct kept {
     std::map<std::int64_t, std::vector<float>> rounds;  // the state after each round
@@ -186,10 +199,15 @@ class logical_worker_runner final : public slice_work {
   // exchange.
   double last_weight() const noexcept override { return weight_; }
   bool flushes(std::int64_t step) const noexcept override { return setup_->delayed && step == setup_->last_step; }
+  // See Note [Overlapped delayed rounds]: a round waits for its workers'
+  // round before it (another device may still compute it), until `stop`
+  // says the generation has ended.
+  void wait_for_previous_rounds(std::function<bool()> stop) { stop_ = std::move(stop); }
 
  private:
   std::unique_ptr<replica> inner_;
   std::shared_ptr<const round_setup> setup_;
+  std::function<bool()> stop_;  // set: wait for the round before (See wait_for_previous_rounds)
   std::vector<float> state_;  // scratch: the inner replica's whole state
   double weight_ = 0.0;
   // With a residual: states computed, waiting for keep_residual, by

@@ -364,6 +364,25 @@ std::span<const float> step_runner::synchronize(const computed& c, std::size_t r
   return update(model, comm, options, lr_, parts, c.step, progress);
 }
 
+void step_runner::preview_update(const computed& c, replica& shadow, const lr_schedule& schedule) {
+  // As synchronize(): the rate, the step's fragment, then update()'s branch
+  // for a member that holds the whole reduced gradient. The gradient (zeros
+  // here) only reaches the pending slot; any positive weight does.
+  const double lr = c.lr_override > 0.0 ? c.lr_override : schedule.at(c.schedule_position);
+  const std::span<float> grads = shadow.gradients();
+  std::fill(grads.begin(), grads.end(), 0.0f);
+  const auto f = static_cast<std::size_t>(c.step % fragments_);
+  const auto [fb, fe] = fragment_range(grads.size(), static_cast<std::size_t>(fragments_), f);
+  const gradient_bucket part{fb, fe, 0};
+  if (fe - fb == shadow.layout().parameter_size) {
+    shadow.update_in_place(lr, 1.0);
+    return;
+  }
+  shadow.apply_update(lr, 1.0, fb, fe);
+  carry_gaps(shadow, {&part, 1}, lr);
+  shadow.finish_step();
+}
+
 // See Note [One call a step]: what the sliced branch of synchronize() does
 // where every member gathers the reduced gradients, the header, the tree and
 // the gather in one call; the whole reduced fragment lands in `grads`.

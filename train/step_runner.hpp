@@ -38,6 +38,7 @@ struct device_control {
   std::atomic<std::int64_t> cut_step{-1};
   device_progress progress;
   bytes_counter bytes;  // what the device's collectives sent (See Note [Bytes sent])
+  std::atomic<std::int64_t> overlapped{0};  // exchanges that ran while the next round computed
 };
 
 
@@ -121,6 +122,13 @@ class step_runner {
   std::span<const float> synchronize(const computed& c, std::size_t returned, replica& model, collective& comm,
                                      const collective_options& options, late_observer* observer,
                                      const lr_schedule& schedule);
+  // See Note [Overlapped delayed rounds]: what synchronize(c, ..., model,
+  // ...) will make of `model`'s parameters in a delayed round (it applies
+  // the update model's pending slot holds, which the round's exchange does
+  // not change), made on `shadow`, a replica holding model's state, with the
+  // same calls of update(): the next round can start from it while the
+  // exchange runs. Not for a round that flushes.
+  void preview_update(const computed& c, replica& shadow, const lr_schedule& schedule);
   // The learning rate the last synchronize() applied.
   double applied_lr() const noexcept { return lr_; }
   // Whether the last synchronize() applied its update: false for a step with

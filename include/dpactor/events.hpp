@@ -110,9 +110,12 @@ struct run_summary {
   std::int64_t skipped_steps = 0; // not applied: non-finite loss or gradients (train.on_nonfinite = "skip")
   std::int64_t requeued = 0;      // indices handed out again (cuts and faults)
   // Bytes every device's collectives sent in this run, and the most one call
-  // of one device sent (docs/async.md, "Bytes sent"); devices of this process.
+  // of one device sent (docs/async.md, "Bytes sent"); every process's devices.
   std::int64_t bytes_sent = 0;
   std::int64_t largest_send = 0;
+  // Round exchanges that ran while the next round computed (sync.delay = 1,
+  // sync.overlap; docs/async.md), counted by the devices of this process.
+  std::int64_t overlapped_exchanges = 0;
   double max_recovery_ms = 0.0;   // longest fault-to-next-step time
   std::string checkpoint;      // the last checkpoint written, if any
   bool stopped = false;        // ended by stop() before the planned end

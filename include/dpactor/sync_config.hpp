@@ -21,6 +21,9 @@ struct sync_config {
   double outer_momentum = 0.9;
   std::int64_t fragments = 1;  // P: streaming, the parameters exchanged in P fragments
   std::int64_t delay = 0;      // 1: a round's exchange is applied one round late
+  // With delay = 1: a round's exchange runs while the next round computes
+  // (false: between the rounds; the same bytes either way).
+  bool overlap = true;
   sync_codec codec = sync_codec::fp32;
   std::int64_t workers = 0;  // K logical workers; 0 = the devices at start
   // The inner steps' rate is optimizer.lr / K (the linear scaling rule for an

@@ -164,7 +164,9 @@ TEST_F(CheckpointDurability, LatestMovesOnlyAfterTheCheckpointIsCompleteAndTheRo
 
 // See Note [A failing run waits for its checkpoint writes]: a run that fails
 // while a checkpoint it assembled is being written reports the failure only
-// once the checkpoint is complete and `latest` names it. The write is held
+// once the checkpoint is complete and `latest` names it, and tells of that
+// checkpoint first (its event, which a service commits its upstream offsets
+// on; the engine's teardown would finish the write, but tell no one). The write is held
 // up by a slow fsync (1.5 s); the loader fails issuing step 7, after the
 // checkpoint of step 4 went to the writer (a window of two one-step
 // messages: step 7 is issued only once step 5 committed, and a step of this
@@ -179,6 +181,14 @@ TEST(FailingRun, ReportsItsErrorOnlyOnceTheCheckpointBeingWrittenIsComplete) {
   c.faults.inject = {"crash:loader@7"};
   next_fsync_delay_ms = 1500;
   Engine engine(c);
+  std::mutex m;
+  std::vector<checkpoint_event> told;
+  engine.on_event([&](const event& e) {
+    if (const auto* k = std::get_if<checkpoint_event>(&e)) {
+      const std::lock_guard lock(m);
+      told.push_back(*k);
+    }
+  });
   engine.start();
   try {
     engine.wait();
@@ -188,6 +198,9 @@ TEST(FailingRun, ReportsItsErrorOnlyOnceTheCheckpointBeingWrittenIsComplete) {
     // Read before the engine ends: the error must not have come first.
     EXPECT_EQ(testing::read_text(dir / "ck" / "latest"), "step-00000004\n");
     EXPECT_TRUE(fs::exists(dir / "ck" / "step-00000004" / "model.safetensors"));
+    const std::lock_guard lock(m);
+    ASSERT_EQ(told.size(), 1u) << "the checkpoint written was not told";
+    EXPECT_EQ(told[0].step, 4);
   }
   EXPECT_EQ(next_fsync_delay_ms.load(), 0) << "no checkpoint was written";
 }

@@ -109,7 +109,9 @@ void perturb(replica& model) {
 // snapshot, an evaluation, a new generation, the reducer's requests) first
 // wait for the exchange in flight; after a shard message the device sends
 // itself drain_atom, which waits for it, unless the next shard message,
-// already queued, came first and overlapped it. Overlapped: fp32 rounds (a
+// already queued, came first and overlapped it (the loader keeps three
+// messages in flight in this mode: a round commits only once the next one
+// computed). Overlapped: fp32 rounds (a
 // codec's residual of round r is written by its exchange and read by round
 // r + 1) on CPU replicas without module buffers (which the reduced gradient
 // would carry), never the run's last round (it flushes) nor a step whose

@@ -486,6 +486,10 @@ loader_setup make_loader_setup(const job_config& config, const launch_plan& plan
   ls.eval_every = config.train.eval_every;
   ls.max_steps = config.train.max_steps;
   ls.prefetch = config.train.prefetch;
+  // See Note [Overlapped delayed rounds]: a round's record leaves once its
+  // exchange is done, after the next round computed; for the round after
+  // that to be queued by then, three messages are in flight.
+  if (plan.rounds && plan.rounds->delayed && config.sync.overlap) ls.prefetch = std::max<std::int64_t>(ls.prefetch, 3);
   ls.steps_per_message = config.train.steps_per_message;
   ls.seed = static_cast<std::uint64_t>(config.train.seed);
   ls.shuffle = config.train.shuffle;

@@ -92,30 +92,28 @@ void perturb(replica& model) {
 // overlap: communication off the critical path). synchronize(r) updates the
 // replica (`model`) on that thread; round r + 1 computes on a shadow replica
 // that holds model's state with the update synchronize(r) is about to apply
-// already applied (step_runner::preview_update: the same calls of the
-// replica), with the other step runner, into the shadow's gradient buffers.
-// Two shadows take turns, as round r's exchange reads the buffers round r
-// computed into. Once round r + 1 has computed, the device waits for exchange
-// r, makes its record, and compares model's parameters with the shadow's,
-// bit for bit: where they differ (round r was not finite and skipped), round
-// r + 1 is computed again on model, as without the overlap. Its record and
-// its trained event (which the reducer acknowledges) are made only then,
-// from model's state, so records and bytes are those of the run without the
-// overlap: the same calls on the same values. A device may so start round
-// r + 1 while another still computes round r, and may steal one of its
-// workers: a worker's round waits until its round before is in the store
+// already applied (step_runner::preview_update: the same calls of the replica),
+// with the other step runner, into the shadow's gradient buffers. Two shadows
+// take turns, as round r's exchange reads the buffers round r computed into.
+// Once round r + 1 has computed, the device waits for exchange r, makes its
+// record, and compares model's parameters with the shadow's, bit for bit: where
+// they differ (round r was not finite and skipped), round r + 1 is computed
+// again on model, as without the overlap. Its record and its trained event
+// (which the reducer acknowledges) are made only then, from model's state, so
+// records and bytes are those of the run without the overlap: the same calls on
+// the same values. A device may so start round r + 1 while another still
+// computes round r, and may steal one of its workers: a worker's round waits
+// until its round before is in the store
 // (logical_worker_store::read_when_written), as the exchange made it wait
-// before. The device's other messages (a
-// snapshot, an evaluation, a new generation, the reducer's requests) first
-// wait for the exchange in flight; after a shard message the device sends
-// itself drain_atom, which waits for it, unless the next shard message,
-// already queued, came first and overlapped it (the loader keeps three
-// messages in flight in this mode: a round commits only once the next one
-// computed). Overlapped: fp32 rounds (a
-// codec's residual of round r is written by its exchange and read by round
-// r + 1) on CPU replicas without module buffers (which the reduced gradient
-// would carry), never the run's last round (it flushes) nor a step whose
-// fault perturbs the replica.
+// before. The device's other messages (a snapshot, an evaluation, a new
+// generation, the reducer's requests) first wait for the exchange in flight;
+// after a shard message the device sends itself drain_atom, which waits for it,
+// unless the next shard message, already queued, came first and overlapped it
+// (the loader keeps three messages in flight in this mode: a round commits only
+// once the next one computed). Overlapped: fp32 rounds (a codec's residual of
+// round r is written by its exchange and read by round r + 1) on CPU replicas
+// without module buffers (which the reduced gradient would carry), never the
+// run's last round (it flushes) nor a step whose fault perturbs the replica.
 
 // Whether this step's exchange may run while the next step computes.
 bool overlaps(const device_state& st, const step_shard& shard) {

@@ -238,7 +238,6 @@ void launch(device_ptr self, computed_step s, replica& computed_on) {
   s.runner->preview_update(s.c, next, st.setup->schedule);
   auto f = std::make_unique<exchange_in_flight>();
   f->step = std::move(s);
-  f->computed_on = &computed_on;
   f->next = &next;
   f->late.reducer = st.reducer;
   f->late.generation = st.generation;

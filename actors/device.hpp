@@ -128,8 +128,7 @@ struct computed_step {
 // destroyed.
 struct exchange_in_flight {
   computed_step step;
-  replica* computed_on = nullptr;  // whose gradient buffers the exchange reads
-  replica* next = nullptr;         // where the next round computes: the preview
+  replica* next = nullptr;  // where the next round computes: the preview
   async_late_reporter late;
   std::vector<float> header;       // the reduced header, once done
   std::exception_ptr error;

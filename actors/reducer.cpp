@@ -22,10 +22,10 @@ constexpr double share_resend_threshold = 0.01;
 
 // Note [A failing run waits for its checkpoint writes]
 // A run that fails (a lost worker process, a reducer error, ...) ends the
-// engine, and with it the checkpoint writer. A checkpoint the reducer had
-// assembled and handed to the writer would then be cut off: never half
-// written (the write is atomic), but the newest complete checkpoint would be
-// one older than the run had. So the failure stops the training at once
+// engine, and with it the checkpoint writer: the engine's teardown lets a
+// write in progress finish (within its bound) but nobody hears of it (no
+// checkpoint event, no log line), and a write queued behind it never
+// starts. So the failure stops the training at once
 // (the group is aborted, nothing more commits) but is reported only when
 // the writes in flight have finished, or after failing_write_wait, whichever
 // comes first: a disk that hangs must not hang the failure too.
@@ -71,18 +71,23 @@ void try_write_checkpoint(reducer_ptr self, std::int64_t step) {
                                               *it->second.position});
 }
 
+// A checkpoint on disk: the log, the summary and an event say so. Also the
+// checkpoint of a run that stops on an error is an event: the metrics file
+// and the service see it before the run's end.
+void told_written(reducer_ptr self, const checkpoint_written_msg& msg) {
+  auto& st = self->state;
+  engine_log()->info("checkpoint written: {}", msg.path);
+  st.book->summary().checkpoint = msg.path;
+  st.last_checkpoint = msg.step;
+  st.setup.control->emit(checkpoint_event{msg.step + 1, msg.path, msg.committed_sequence});
+}
+
 void on_checkpoint_written(reducer_ptr self, const checkpoint_written_msg& msg) {
   auto& st = self->state;
   st.checkpoints.erase(msg.step);
   if (st.failing.error) {  // See Note [A failing run waits for its checkpoint writes]
-    if (msg.error.empty()) {
-      engine_log()->info("checkpoint written: {}", msg.path);
-      st.book->summary().checkpoint = msg.path;
-      st.last_checkpoint = msg.step;
-      st.setup.control->emit(checkpoint_event{msg.step + 1, msg.path, msg.committed_sequence});
-    } else {
-      engine_log()->warn("the checkpoint of step {} was not written: {}", msg.step + 1, msg.error);
-    }
+    if (msg.error.empty()) told_written(self, msg);
+    else engine_log()->warn("the checkpoint of step {} was not written: {}", msg.step + 1, msg.error);
     end_failing_run(self, false);
     return;
   }
@@ -93,12 +98,7 @@ void on_checkpoint_written(reducer_ptr self, const checkpoint_written_msg& msg) 
       fail_run(self, std::make_exception_ptr(checkpoint_error(msg.error)));
     return;
   }
-  engine_log()->info("checkpoint written: {}", msg.path);
-  st.book->summary().checkpoint = msg.path;
-  st.last_checkpoint = msg.step;
-  // Also the checkpoint of a run that stops on an error is an event: the
-  // metrics file and the service see it before the run's end.
-  st.setup.control->emit(checkpoint_event{msg.step + 1, msg.path, msg.committed_sequence});
+  told_written(self, msg);
   if (st.current == phase::stopping) {
     fail_run(self, std::make_exception_ptr(training_error(st.stop_message + "; checkpoint written to " + msg.path)));
     return;

@@ -110,10 +110,17 @@ void perturb(replica& model) {
 // after a shard message the device sends itself drain_atom, which waits for it,
 // unless the next shard message, already queued, came first and overlapped it
 // (the loader keeps three messages in flight in this mode: a round commits only
-// once the next one computed). Overlapped: fp32 rounds (a codec's residual of
-// round r is written by its exchange and read by round r + 1) on CPU replicas
-// without module buffers (which the reduced gradient would carry), never the
-// run's last round (it flushes) nor a step whose fault perturbs the replica.
+// once the next one computed). With a codec, a worker's round r + 1 reads
+// its residual of round r, which exchange r writes before its bulk: bf16's
+// after the header (the rounding is the worker's own), int8's once the block
+// maxima are all-reduced (keep_residual); the round waits for it in the store
+// as for a round computed elsewhere, and the rest of the exchange (the sum's
+// reduce-scatter and gather) overlaps. A round not finite leaves its workers
+// the state they started it from (slice_work::discard), so the next round,
+// computed from the states it wrote, is computed again. Overlapped:
+// rounds on CPU replicas without module buffers (which the reduced gradient
+// would carry), never the run's last round (it flushes) nor a step whose
+// fault perturbs the replica.
 
 // Whether this step's exchange may run while the next step computes.
 bool overlaps(const device_state& st, const step_shard& shard) {
@@ -269,10 +276,15 @@ void run_step(device_ptr self, const step_shard& shard) {
     computed_step s = compute_step(self, shard, on, runner);
     replica* computed_on = &on;
     if (busy) {
+      const step_runner& exchanged = *st.in_flight->step.runner;
       drain(self);
       if (st.halted || st.group->aborted()) return;
+      // Kept if the round before applied (else its workers' states, which
+      // this round read, were set back: slice_work::discard) and left the
+      // parameters the preview made.
       const std::size_t p = model.layout().parameter_size;
-      if (std::equal(model.state_buffer().begin(), model.state_buffer().begin() + static_cast<std::ptrdiff_t>(p),
+      if (exchanged.applied() &&
+          std::equal(model.state_buffer().begin(), model.state_buffer().begin() + static_cast<std::ptrdiff_t>(p),
                      on.state_buffer().begin())) {
         st.setup->control->overlapped.fetch_add(1, std::memory_order_relaxed);
       } else {  // the same slices again, from model's parameters (their claims on the board are made)

@@ -448,8 +448,7 @@ std::shared_ptr<device_setup> make_device_setup(const job_config& config, const 
     // See Note [Overlapped delayed rounds]: the replicas the next round
     // computes on while a round's exchange runs.
     const state_layout& l = setup->model->layout();
-    if (plan.rounds->delayed && config.sync.overlap && plan.rounds->codec == sync_codec::fp32 &&
-        setup->model->native_stream() == nullptr && l.buffer_begin == l.parameter_size)
+    if (plan.rounds->delayed && config.sync.overlap && setup->model->native_stream() == nullptr && l.buffer_begin == l.parameter_size)
       for (auto& shadow : setup->shadows) shadow = make_replica(outer, shape, id, plan.torch_factory);
   } else {
     setup->model = make_replica(config, shape, id, plan.torch_factory);

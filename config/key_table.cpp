@@ -338,7 +338,7 @@ const std::vector<key_spec>& keys() {
               "(sync.overlap; docs/async.md).", 1);
     b.boolean("overlap", [](job_config& c) -> bool& { return c.sync.overlap; },
               "With sync.delay = 1: round r's exchange runs on a thread of its own while round r+1's inner steps "
-              "run (fp32 rounds on CPU replicas without module buffers; elsewhere between the rounds). false: "
+              "run (on CPU replicas without module buffers; elsewhere between the rounds). false: "
               "always between the rounds. The same bytes either way.");
     b.choice<sync_codec>("codec", [](job_config& c) -> sync_codec& { return c.sync.codec; },
                          {{"fp32", sync_codec::fp32}, {"bf16", sync_codec::bf16}, {"int8", sync_codec::int8}},

@@ -177,23 +177,36 @@ batch_stats logical_worker_runner::run(std::size_t k, std::int64_t round, double
     return stats;
   }
   for (std::size_t i = fb; i < fe; ++i) out[i] += own[shape.residual_at() + i];
+  const std::lock_guard lock(pending_mutex_);
   pending_.insert_or_assign({k, round}, std::move(own));
   return stats;
 }
 
 void logical_worker_runner::keep_residual(std::int64_t step, std::size_t slice, std::span<const float> residual) {
   if (!setup_->residual()) return;
-  const auto it = pending_.find({slice, step});
-  if (it == pending_.end()) throw std::logic_error("a logical worker's residual without its round");
-  std::vector<float> state = std::move(it->second);
-  pending_.erase(it);
+  std::vector<float> state;
+  {
+    const std::lock_guard lock(pending_mutex_);
+    const auto it = pending_.find({slice, step});
+    if (it == pending_.end()) throw std::logic_error("a logical worker's residual without its round");
+    state = std::move(it->second);
+    pending_.erase(it);
+    // Rounds a failed exchange left behind are never told.
+    std::erase_if(pending_, [&](const auto& e) { return e.first.second < step - 1; });
+  }
   const auto [fb, fe] = setup_->fragment(step);
   const std::size_t at = setup_->state_shape(inner_->layout()).residual_at();
   std::copy(residual.begin() + static_cast<std::ptrdiff_t>(fb), residual.begin() + static_cast<std::ptrdiff_t>(fe),
             state.begin() + static_cast<std::ptrdiff_t>(at + fb));
   setup_->store->write(slice, step, std::move(state));
-  // Rounds a failed exchange left behind are never told.
-  std::erase_if(pending_, [&](const auto& e) { return e.first.second < step - 1; });
+}
+
+void logical_worker_runner::discard(std::int64_t step, std::size_t slice) {
+  {
+    const std::lock_guard lock(pending_mutex_);
+    pending_.erase({slice, step});
+  }
+  setup_->store->write(slice, step, setup_->store->read(slice, step));
 }
 
 }  // namespace dpactor

@@ -195,6 +195,10 @@ class logical_worker_runner final : public slice_work {
   // `residual`: a round's state is whole or absent in the store, so a device
   // whose exchange failed (an ended generation's) writes nothing.
   void keep_residual(std::int64_t step, std::size_t slice, std::span<const float> residual) override;
+  // Worker `slice`'s round `step` was not applied: its state after it is
+  // the one it started the round from (written over the one the round
+  // wrote, without a residual).
+  void discard(std::int64_t step, std::size_t slice) override;
   // The weight of the last run: the samples since its fragment's last
   // exchange.
   double last_weight() const noexcept override { return weight_; }
@@ -211,7 +215,9 @@ class logical_worker_runner final : public slice_work {
   std::vector<float> state_;  // scratch: the inner replica's whole state
   double weight_ = 0.0;
   // With a residual: states computed, waiting for keep_residual, by
-  // (worker, round).
+  // (worker, round). See Note [Overlapped delayed rounds]: keep_residual
+  // runs on the exchange's thread while the next round runs.
+  std::mutex pending_mutex_;
   std::map<std::pair<std::size_t, std::int64_t>, std::vector<float>> pending_;
 };
 

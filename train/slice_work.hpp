@@ -28,6 +28,11 @@ class slice_work {
   virtual void keep_residual(std::int64_t step, std::size_t slice, std::span<const float> residual) {
     (void)step, (void)slice, (void)residual;
   }
+  // Step `step` was not applied (See Note [Non-finite steps]): slice
+  // `slice` keeps the state it started the step from (a logical worker does
+  // not carry a round whose values were not finite into its next one). The
+  // default keeps nothing.
+  virtual void discard(std::int64_t step, std::size_t slice) { (void)step, (void)slice; }
   // What the last compute()'s result is weighted by, which the step's update
   // divides the sum by: its samples (negative: the default), or what the
   // work says (See Note [Fragments]).

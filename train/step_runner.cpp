@@ -312,7 +312,7 @@ std::span<const float> step_runner::synchronize(const computed& c, std::size_t r
     // See Note [Summation tree]: the nodes this member holds go into the
     // tree's reduce-scatter; its chunk of the root lands in `grads`.
     reduce_header(c, 0, comm, options, observer, progress);
-    if (!header_is_finite()) return skip(model);
+    if (!header_is_finite()) return skip(model, c);
     // See Note [Fragments]: the step's fragment, or all of it.
     const auto f = static_cast<std::size_t>(c.step % fragments_);
     const auto [fb, fe] = fragment_range(grads.size(), static_cast<std::size_t>(fragments_), f);
@@ -400,7 +400,7 @@ std::span<const float> step_runner::synchronize_in_one_call(const computed& c, r
                                               [this](std::span<const float>) { return header_is_finite(); },
                                               header_options, options);
   absorb_header(comm);
-  if (!proceeded) return skip(model);
+  if (!proceeded) return skip(model, c);
   // See Note [Delayed rounds]: the run's last round applies the held one too.
   if (c.work != nullptr && c.work->flushes(c.step)) model.flush_next_update();
   return update(model, comm, options, lr_, {&fragment_, 1}, c.step, progress, /*reduced_whole=*/true);
@@ -486,6 +486,12 @@ std::span<const float> step_runner::skip(replica& model) {
   applied_ = false;
   if (nonfinite_ == nonfinite_policy::skip) model.skip_step();
   return header_;
+}
+
+std::span<const float> step_runner::skip(replica& model, const computed& c) {
+  if (c.work != nullptr)
+    for (const std::uint32_t slice : computed_slices_) c.work->discard(c.step, slice);
+  return skip(model);
 }
 
 std::span<const float> step_runner::update(replica& model, collective& comm, const collective_options& options,

@@ -187,6 +187,9 @@ class step_runner {
                                 bool reduced_whole = false);
   // A step not applied (See Note [Non-finite steps]).
   std::span<const float> skip(replica& model);
+  // A sliced step not applied: its slices keep the state they started from
+  // (slice_work::discard).
+  std::span<const float> skip(replica& model, const computed& c);
   // The int8 codec's exchange: the reduced sum lands whole in `grads`.
   void exchange_int8(const computed& c, std::size_t begin, std::size_t end, std::span<float> grads, collective& comm,
                      const collective_options& options);

@@ -8,7 +8,7 @@ makes (unshare -rn) whose loopback is rate-limited with tc's token bucket
 by side, interleaved, --repeats times each:
 
   every_step        the gradients all-reduced every step
-  diloco            sync.mode = "diloco", H = --every, K = 3
+  diloco            sync.mode = "diloco", H = --every, K = 3, sync.codec = --codec
   diloco+delay      the same with sync.delay = 1 (sync.outer_lr = 0.35): each round's
                     exchange runs while the next round computes (sync.overlap)
   delay, no overlap the same with sync.overlap = false: the exchange between the rounds
@@ -119,6 +119,7 @@ def main():
                     help="every_step's steps at 1 Gbit/s (a tenth at 100 Mbit/s); the round modes run as many inner steps")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=2, help="step events left out at the start")
+    ap.add_argument("--codec", default="fp32", help="sync.codec of the diloco modes (fp32, bf16, int8)")
     ap.add_argument("--modes", default="every_step,diloco,diloco+delay,delay, no overlap,no exchange".replace(", ", "|"),
                     help="comma-separated modes to run (\"delay|no overlap\" for \"delay, no overlap\")")
     args = ap.parse_args()
@@ -137,7 +138,7 @@ def main():
         mbit = int(re.match(r"(\d+)", rate).group(1)) * (1000 if rate.endswith("gbit") else 1)
         steps = max(48, min(args.steps, args.steps * mbit // 1000))
         return base + ["--set", f"train.max_steps={steps}", "--set", f"train.log_every={max(1, steps // 12)}"]
-    diloco = base + ["--set", "sync.mode=\"diloco\"", "--set", f"sync.every={args.every}", "--set",
+    diloco = base + ["--set", "sync.mode=\"diloco\"", "--set", f"sync.codec=\"{args.codec}\"", "--set", f"sync.every={args.every}", "--set",
                      f"train.max_steps={rounds}", "--set", f"train.log_every={max(1, rounds // 12)}"]
     delayed = diloco + ["--set", "sync.delay=1", "--set", "sync.outer_lr=0.35"]
     between = delayed + ["--set", "sync.overlap=false"]
@@ -145,7 +146,7 @@ def main():
              "sync.mode=\"diloco\"", "--set", f"sync.every={args.every}", "--set", "sync.workers=1", "--set",
              f"train.max_steps={rounds}", "--set", f"train.log_every={max(1, rounds // 12)}"]
     print(f"# up to {args.steps} steps of global batch {args.batch} (every_step) or {rounds} rounds of H = {args.every} "
-          f"(diloco, K = 3); coordinator + 2 workers over TCP; medians of {args.repeats}")
+          f"(diloco, K = 3, sync.codec = {args.codec}); coordinator + 2 workers over TCP; medians of {args.repeats}")
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for rate in args.rates.split(","):

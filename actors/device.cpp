@@ -322,8 +322,9 @@ void send_bytes(device_ptr self) {
   auto& st = self->state;
   if (!st.reducer || st.reducer.node() == self->node()) return;
   const bytes_counter& bytes = st.setup->control->bytes;
-  self->send(st.reducer,
-             bytes_msg{bytes.sent.load(std::memory_order_relaxed), bytes.largest_call.load(std::memory_order_relaxed)});
+  self->send(st.reducer, bytes_msg{bytes.sent.load(std::memory_order_relaxed),
+                                   bytes.largest_call.load(std::memory_order_relaxed),
+                                   st.setup->control->overlapped.load(std::memory_order_relaxed)});
 }
 
 void send_report(device_ptr self) {

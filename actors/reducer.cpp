@@ -244,6 +244,7 @@ void maybe_finish(reducer_ptr self) {
   s.largest_send = static_cast<std::int64_t>(bytes.largest_call);
   s.overlapped_exchanges = 0;
   for (const auto& [id, h] : st.devices) s.overlapped_exchanges += h.control->overlapped.load(std::memory_order_relaxed);
+  for (const auto& [device, n] : st.remote_overlapped) s.overlapped_exchanges += n;
   st.setup.control->finish(s);
 }
 
@@ -352,6 +353,8 @@ reducer_actor::behavior_type reducer_behavior(reducer_ptr self, reducer_setup se
         bytes_totals& b = self->state.remote_bytes[caf::actor_cast<caf::actor_addr>(self->current_sender())];
         b.sent = std::max(b.sent, msg.sent);
         b.largest_call = std::max(b.largest_call, msg.largest_call);
+        std::int64_t& o = self->state.remote_overlapped[caf::actor_cast<caf::actor_addr>(self->current_sender())];
+        o = std::max(o, msg.overlapped);
       },
       [self](worker_states_msg& msg) {
         auto& st = self->state;

@@ -109,6 +109,7 @@ struct reducer_state {
   std::vector<double> sent_shares;
   std::vector<std::string> worker_owner;  // round modes: each logical worker's node (See Note [Worker placement])
   std::map<caf::actor_addr, bytes_totals> remote_bytes;  // another process's devices' totals (bytes_msg)
+  std::map<caf::actor_addr, std::int64_t> remote_overlapped;  // and their overlapped exchanges
 
   std::map<std::int64_t, pending_checkpoint> checkpoints;
   std::optional<work_done_msg> work;  // the loader has issued its last step

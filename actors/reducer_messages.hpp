@@ -74,14 +74,17 @@ typename Inspector::result_type inspect(Inspector& f, steps_done_msg& x) {
 // sent so far and their largest call (See Note [Bytes sent]), after each
 // shard message's steps. Only the first member reports the steps (See Note
 // [One step report]), and the reducer's stand-in control of a remote device
-// counts nothing, so this is how the summary counts every process.
+// counts nothing, so this is how the summary counts every process. With
+// them, its exchanges that ran during the next round (See Note [Overlapped
+// delayed rounds]).
 struct bytes_msg {
   std::uint64_t sent = 0;
   std::uint64_t largest_call = 0;
+  std::int64_t overlapped = 0;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, bytes_msg& x) {
-  return f(caf::meta::type_name("bytes_msg"), x.sent, x.largest_call);
+  return f(caf::meta::type_name("bytes_msg"), x.sent, x.largest_call, x.overlapped);
 }
 
 struct evaluated_msg {

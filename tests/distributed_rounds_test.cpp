@@ -43,6 +43,14 @@ double sent_mb(const std::string& output) {
   return std::stod(m[1].str());
 }
 
+// The exchanges that ran during the next round, by the summary (-1: none
+// said).
+long overlapped_exchanges(const std::string& output) {
+  std::smatch m;
+  if (!std::regex_search(output, m, std::regex("([0-9]+) round exchanges ran during the next round"))) return -1;
+  return std::stol(m[1].str());
+}
+
 // The checkpoint a directory's `latest` names: step-00000020.
 std::string latest_in(const fs::path& dir) {
   std::string name = testing::read_text(dir / "latest");
@@ -52,9 +60,10 @@ std::string latest_in(const fs::path& dir) {
 
 // A coordinator and a worker with one device each train `common` into ck/;
 // one process with two devices trains it into single/. Both runs' bytes
-// sent, by their summaries, land in `sent` (processes, single).
+// sent, by their summaries, land in `sent` (processes, single), and their
+// overlapped exchanges in `overlapped`.
 void train_both(cluster& job, const std::vector<std::string>& common, const std::vector<std::string>& coordinator_only,
-                std::pair<double, double>* sent = nullptr) {
+                std::pair<double, double>* sent = nullptr, std::pair<long, long>* overlapped = nullptr) {
   std::vector<std::string> args = {"--cpus", "1", "--wait-devices", "2", "--checkpoint-dir", (job / "ck").string()};
   args.insert(args.end(), common.begin(), common.end());
   args.insert(args.end(), coordinator_only.begin(), coordinator_only.end());
@@ -71,6 +80,7 @@ void train_both(cluster& job, const std::vector<std::string>& common, const std:
   const auto s = job.run("one", single);
   ASSERT_EQ(s.exit_code, 0) << s.output;
   if (sent) *sent = {sent_mb(c.output), sent_mb(s.output)};
+  if (overlapped) *overlapped = {overlapped_exchanges(c.output), overlapped_exchanges(s.output)};
 }
 
 // Every round's exchange between the processes over shared memory; the
@@ -80,9 +90,16 @@ void train_both(cluster& job, const std::vector<std::string>& common, const std:
 TEST(DistributedRounds, ACoordinatorAndAWorkerTrainTheBytesOfOneProcessWithTwoDevices) {
   cluster job;
   std::pair<double, double> sent;
+  std::pair<long, long> overlapped;
   train_both(job, diloco({"--epochs", "1", "--set", "train.max_steps=40", "--set", "train.checkpoint_every=15"}), {},
-             &sent);
+             &sent, &overlapped);
   if (HasFatalFailure()) return;
+  // See Note [Overlapped delayed rounds]: a device overlaps at most 36 of
+  // the 40 rounds (not the first, the two after a checkpoint nor the last),
+  // so more than 36 counts the worker's device too (bytes_msg).
+  EXPECT_GT(overlapped.first, 36) << "the worker process's overlapped exchanges are not counted";
+  EXPECT_LE(overlapped.first, 2 * 36);
+  EXPECT_GT(overlapped.second, 36);
   // The coordinator counts the worker's device too (bytes_msg): what one
   // process's two devices send (the int8 exchange's bytes are the same on
   // Gloo and the local backend: 21.7 MB each, measured); without the

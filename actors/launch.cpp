@@ -210,7 +210,7 @@ void plan_rounds(const job_config& config, const run_options& options, int devic
   o.kind = optimizer_kind::sgd;
   o.weight_decay = 0.0;
   const bool nesterov = s.mode == sync_mode::diloco && s.outer_optimizer == outer_optimizer_kind::nesterov;
-  o.lr = s.mode == sync_mode::diloco ? s.outer_lr : 1.0;
+  o.lr = s.mode == sync_mode::diloco ? s.outer_rate() : 1.0;
   o.momentum = nesterov ? s.outer_momentum : 0.0;
   o.nesterov = nesterov;
   o.delayed = s.delay > 0;  // See Note [Delayed rounds]
@@ -386,13 +386,6 @@ launch_plan prepare_launch(const job_config& config, const run_options& options,
         plan.resume_position ? plan.resume_position->stream : stream_position{});
   plan.schedule = make_lr_schedule(config, plan.run_steps);
   if (plan.rounds) finish_round_plan(config, plan);
-  if (plan.rounds && plan.rounds->delayed) {
-    if (config.sync.mode == sync_mode::diloco && config.sync.outer_lr == sync_config{}.outer_lr)
-      engine_log()->warn("sync.delay = 1 with the default sync.outer_lr = {}: on the default job the delayed outer "
-                         "step ended 2.5 points below the same run without the delay, and 0.5 with "
-                         "sync.outer_lr = 0.35 (docs/PERFORMANCE.md, \"Rounds\")",
-                         config.sync.outer_lr);
-  }
   if (plan.rounds && plan.shape.workers < replicas)
     engine_log()->warn("sync.workers = {}: only {} of the {} replicas run logical workers in a round", plan.shape.workers,
                        plan.shape.workers, replicas);

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Low-communication rounds (issue "local SGD, DiLoCo ...", acceptance 1):
 the default job (Fashion-MNIST MLP, 15 epochs) on 2 CPU replicas with
-K = 4 logical workers, every_step against diloco at H = 4, 16 and 64 and
+K = 4 logical workers, every_step against diloco at H = 4, 8, 16 and 64 and
 local_sgd at H = 16, diloco with the int8 codec at H = 16 and 64, and streaming
 diloco (4 fragments) at H = 16, and diloco at H = 16 with the one-round
 delay (sync.delay = 1), in fp32 and int8, and every_step with its gradients in
@@ -35,6 +35,7 @@ CASES = [
     ("every_step", []),
     ("every_step bf16", ["sync.codec=\"bf16\""]),
     ("diloco H=4", ["sync.mode=\"diloco\"", "sync.every=4"]),
+    ("diloco H=8", ["sync.mode=\"diloco\"", "sync.every=8"]),
     ("diloco H=16", ["sync.mode=\"diloco\"", "sync.every=16"]),
     ("diloco H=64", ["sync.mode=\"diloco\"", "sync.every=64"]),
     ("local_sgd H=16", ["sync.mode=\"local_sgd\"", "sync.every=16"]),

@@ -325,8 +325,9 @@ const std::vector<key_spec>& keys() {
         {{"nesterov", outer_optimizer_kind::nesterov}, {"sgd", outer_optimizer_kind::sgd}},
         "diloco: the optimizer that applies the averaged pseudo-gradient to the global weights: SGD with "
         "Nesterov momentum (sync.outer_momentum), or plain SGD. The job's [optimizer] is the inner one.");
-    b.floating("outer_lr", [](job_config& c) -> double& { return c.sync.outer_lr; }, 0.0, true,
-               "diloco: the outer optimizer's learning rate (constant).", 100.0);
+    b.floating("outer_lr", [](job_config& c) -> double& { return c.sync.outer_lr; }, 0.0, false,
+               "diloco: the outer optimizer's learning rate (constant). 0: 0.7 (DiLoCo's) times min(1, "
+               "sync.every / 16), halved with sync.delay = 1.", 100.0);
     b.floating("outer_momentum", [](job_config& c) -> double& { return c.sync.outer_momentum; }, 0.0, false,
                "diloco with outer_optimizer = \"nesterov\": the outer momentum.", 0.999999);
     b.integer("fragments", [](job_config& c) -> std::int64_t& { return c.sync.fragments; }, 1,

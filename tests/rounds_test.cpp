@@ -74,6 +74,27 @@ TEST(LogicalWorkerStore, ARoundReadsTheStateItsWorkerWroteForTheRoundBefore) {
   EXPECT_THROW(store.read(0, 2), std::logic_error) << "a state no longer kept is an error, not the initial state";
 }
 
+// See Note [Overlapped delayed rounds]: a round waits for its worker's round
+// before it, told once that it waits (the device marks itself as in the
+// collective: marking at every poll would hide a hung member from the hang
+// detection), and gives up when the generation ends.
+TEST(LogicalWorkerStore, ARoundWaitsForItsWorkersRoundBeforeToldOnceAndStopsWhenTold) {
+  logical_worker_store store(1, {0.0f});
+  int waited = 0, polls = 0;
+  const auto read = [&](std::int64_t round, int stop_after) {
+    polls = 0;
+    return store.read_when_written(0, round, [&] { return ++polls > stop_after; }, [&] { ++waited; });
+  };
+  EXPECT_EQ(read(0, 0), (std::vector<float>{0.0f})) << "the first round waits for nothing";
+  EXPECT_EQ(waited, 0);
+  EXPECT_EQ(read(2, 5), std::nullopt) << "round 1 is not written";
+  EXPECT_EQ(polls, 6);
+  EXPECT_EQ(waited, 1) << "told once, not at every poll";
+  store.write(0, 1, {1.0f});
+  EXPECT_EQ(read(2, 5), (std::vector<float>{1.0f}));
+  EXPECT_EQ(waited, 1);
+}
+
 TEST(LogicalWorkerStore, AProcessReadsOnlyTheWorkersItHolds) {
   // Across processes a store holds its node's workers (See Note [Worker
   // placement]): another's state is an error, not the first round's state.
@@ -330,6 +351,7 @@ job_config round_job(std::int64_t devices, sync_mode mode, const std::filesystem
   c.sync.mode = mode;
   c.sync.workers = 4;
   c.sync.every = 4;
+  c.sync.outer_lr = 0.7;  // DiLoCo's, set (the default rule would give 0.175 at H = 4: TheDefaultOuterRate...)
   c.train.max_steps = fragments > 1 ? 10 : 3;  // three rounds; with fragments an epoch of 8 steps and two more
   c.train.epochs = 2;
   c.train.checkpoint_dir = dir.string();
@@ -460,6 +482,37 @@ INSTANTIATE_TEST_SUITE_P(Modes, ReferenceRounds,
 std::string sync_error(const std::vector<std::string>& sets) {
   const std::string text = testing::read_text(std::string(DPACTOR_SOURCE_DIR) + "/configs/mlp.cfg");
   return testing::error_of<config_error>([&] { parse_job_config(text, "mlp.cfg", sets); });
+}
+
+// sync.outer_lr = 0, the default (sync_config::outer_rate): DiLoCo's 0.7,
+// scaled by H / 16 below H = 16 and halved with the one-round delay; a rate
+// set is kept.
+TEST(RoundsConfig, TheDefaultOuterRateFollowsHAndTheDelay) {
+  const auto rate = [](std::int64_t every, std::int64_t delay, double set = 0.0) {
+    sync_config s;
+    s.every = every;
+    s.delay = delay;
+    s.outer_lr = set;
+    return s.outer_rate();
+  };
+  EXPECT_EQ(sync_config{}.outer_lr, 0.0);
+  EXPECT_EQ(rate(16, 0), 0.7);
+  EXPECT_EQ(rate(64, 0), 0.7);
+  EXPECT_EQ(rate(4, 0), 0.175);
+  EXPECT_EQ(rate(16, 1), 0.35);
+  EXPECT_EQ(rate(4, 1), 0.0875);
+  EXPECT_EQ(rate(4, 1, 0.5), 0.5);
+  // The engine applies it: three rounds of H = 4 at the default rate are the
+  // plain loop's at 0.175.
+  testing::scratch_dir dir;
+  job_config c = round_job(1, sync_mode::diloco, dir / "default");
+  c.sync.outer_lr = 0.0;
+  Engine engine(c);
+  engine.start();
+  const run_summary s = engine.wait();
+  EXPECT_EQ(testing::checkpoint_parameters(s.checkpoint), by_tensor(c, reference_rounds(c, 3, 0.175, 0.9, true).global));
+  EXPECT_NE(by_tensor(c, reference_rounds(c, 3, 0.7, 0.9, true).global),
+            by_tensor(c, reference_rounds(c, 3, 0.175, 0.9, true).global));
 }
 
 TEST(RoundsConfig, BadInputIsRefusedNamingTheKeyAndTheValue) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
+#include <utility>
 
 #include "comms/collective.hpp"
 
@@ -60,10 +61,11 @@ std::optional<std::vector<float>> logical_worker_store::read_when_written(std::s
                                                                           const std::function<void()>& waiting) const {
   {
     std::unique_lock lock(mutex_);
+    bool told = false;
     while (round > first_round_ && states_.at(k).held && states_[k].rounds.count(round - 1) == 0) {
       lock.unlock();
       if (stop()) return std::nullopt;
-      waiting();
+      if (!std::exchange(told, true)) waiting();
       lock.lock();
       written_.wait_for(lock, std::chrono::milliseconds(5));
     }

@@ -108,10 +108,13 @@ class logical_worker_store {
   // Worker k's state at the start of round `round`.
   std::vector<float> read(std::size_t k, std::int64_t round) const;
   // The same, once worker k's round `round` - 1 is written (at once for the
-  // store's first round), calling waiting() every few milliseconds until
-  // then; nullopt if stop() says so first. See Note [Overlapped delayed
-  // rounds]: a device may start round r + 1 while another still computes
-  // round r.
+  // store's first round), calling waiting() once if it has to wait, and
+  // stop() every few milliseconds: nullopt if it says so first. See Note
+  // [Overlapped delayed rounds]: a device may start round r + 1 while
+  // another still computes round r. (waiting() marks the device's progress
+  // as in the collective; marking it at every poll would hide a hung member
+  // from Note [Progress-based hang detection], which sees a stall only when
+  // nobody marks anything.)
   std::optional<std::vector<float>> read_when_written(std::size_t k, std::int64_t round,
                                                       const std::function<bool()>& stop,
                                                       const std::function<void()>& waiting) const;

@@ -5,6 +5,7 @@
 // gradients a step); local_sgd and diloco run rounds of `every` inner steps
 // per logical worker and exchange once a round (DESIGN.md, "Rounds").
 
+#include <algorithm>
 #include <cstdint>
 
 namespace dpactor {
@@ -17,7 +18,7 @@ struct sync_config {
   sync_mode mode = sync_mode::every_step;
   std::int64_t every = 16;  // H: inner steps of a logical worker per round
   outer_optimizer_kind outer_optimizer = outer_optimizer_kind::nesterov;
-  double outer_lr = 0.7;
+  double outer_lr = 0.0;  // 0: the rule of outer_rate() below
   double outer_momentum = 0.9;
   std::int64_t fragments = 1;  // P: streaming, the parameters exchanged in P fragments
   std::int64_t delay = 0;      // 1: a round's exchange is applied one round late
@@ -31,6 +32,15 @@ struct sync_config {
   bool scale_inner_lr = true;
 
   bool rounds() const noexcept { return mode != sync_mode::every_step; }
+  // diloco's outer rate: outer_lr if set, else DiLoCo's 0.7 scaled by H / 16
+  // below H = 16 (where the paper's step makes the outer momentum amplify
+  // short rounds) and halved with the one-round delay (docs/async.md and
+  // docs/PERFORMANCE.md, "Rounds", for the runs behind it).
+  double outer_rate() const noexcept {
+    if (outer_lr > 0.0) return outer_lr;
+    const double rate = 0.7 * std::min(1.0, static_cast<double>(every) / 16.0);
+    return delay > 0 ? rate / 2.0 : rate;
+  }
 };
 
 }  // namespace dpactor

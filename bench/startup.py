@@ -3,11 +3,13 @@
 
     bench/startup.py --dpactor OLD=/path/to/old/dpactor --dpactor NEW=build/bin/dpactor
 
-Runs `dpactor --help` (a process start with nothing else) and a one-step CPU
-job on synthetic data, alternating the binaries, and prints each one's median,
-minimum and maximum in milliseconds.
+Runs `dpactor --help` (a process start with nothing else), a one-step CPU
+job on synthetic data and a one-step default job (configs/mlp.cfg: reading
+Fashion-MNIST is most of it), alternating the binaries, and prints each one's
+median, minimum and maximum in milliseconds.
 """
 import argparse
+import os
 import statistics
 import subprocess
 import tempfile
@@ -44,14 +46,17 @@ def main():
     with tempfile.NamedTemporaryFile("w", suffix=".cfg") as job:
         job.write(JOB)
         job.flush()
-        cases = {"--help": ["--help"], "a one-step job": ["--model", job.name, "--gpus", "0"]}
+        mlp = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs/mlp.cfg")
+        cases = {"--help": ["--help"], "a one-step job": ["--model", job.name, "--gpus", "0"],
+                 "the default job, one step": ["--model", mlp, "--gpus", "0", "--cpus", "1", "--set", "train.max_steps=1",
+                                               "--set", "train.eval_every=0", "--set", "train.checkpoint_dir=\"\""]}
         times = {(name, case): [] for name in binaries for case in cases}
         for _ in range(args.runs):
             for case, extra in cases.items():
                 for name, path in binaries.items():
                     times[(name, case)].append(timed([path, *extra]))
     for (name, case), values in times.items():
-        print(f"{name:>12}  {case:<15} median {statistics.median(values):7.1f} ms"
+        print(f"{name:>12}  {case:<26} median {statistics.median(values):7.1f} ms"
               f"  min {min(values):7.1f}  max {max(values):7.1f}  ({len(values)} runs)")
 
 

@@ -26,6 +26,9 @@ using drain_atom = caf::atom_constant<caf::atom("drain")>;
 using records_atom = caf::atom_constant<caf::atom("records")>;
 // engine -> reducer -> loader: a checkpoint as soon as possible.
 using checkpoint_atom = caf::atom_constant<caf::atom("ckptnow")>;
+// The coordinator's store: a key was set; a held read ran out (Note [Held store reads]).
+using store_changed_atom = caf::atom_constant<caf::atom("storeset")>;
+using store_expire_atom = caf::atom_constant<caf::atom("storeexp")>;
 
 struct generation_plan;
 struct begin_generation_msg;

@@ -8,6 +8,7 @@
 
 #include "actors/backend.hpp"
 #include "actors/coordinator.hpp"
+#include "actors/coordinator_store.hpp"
 #include "actors/network.hpp"
 #include "actors/tls.hpp"
 #include "config/config_file.hpp"
@@ -71,7 +72,9 @@ node_joined_msg joined_devices(const join_msg& j) { return {j.devices, j.names};
 
 struct coordinator_role::state {
   caf::actor actor;
-  std::shared_ptr<rendezvous_store> store = make_memory_store();  // the Gloo groups'
+  std::shared_ptr<store_watch> watch = std::make_shared<store_watch>();
+  std::shared_ptr<rendezvous_store> store =  // the Gloo groups'
+      make_memory_store([watch = watch](const std::string& key) { watch->changed(key); });
   std::string address;  // where the coordinator's own ranks listen
   bool shared_memory = true;
   std::chrono::milliseconds rendezvous_timeout{10'000};
@@ -144,6 +147,7 @@ coordinator_role::coordinator_role(caf::actor_system& system, const coordinator_
     return "";
   };
   st.actor = system.spawn(coordinator_behavior, std::move(setup));
+  st.watch->attach(st.actor);
   const bool tls = tls_enabled(config.cluster.tls, options.host);
   auto port = tls ? caf::openssl::publish(st.actor, options.port, options.host.c_str(), true)
                   : caf::io::publish(st.actor, options.port, options.host.c_str(), true);

@@ -60,13 +60,15 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, store_set_msg& x) {
   return f(caf::meta::type_name("store_set_msg"), x.key, x.value);
 }
-// Answered with store_value_msg at once, found or not: the asking rank polls.
+// Answered with store_value_msg once the key is set, or not found after
+// `wait_ms` (See Note [Held store reads]).
 struct store_get_msg {
   std::string key;
+  std::int32_t wait_ms = 0;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, store_get_msg& x) {
-  return f(caf::meta::type_name("store_get_msg"), x.key);
+  return f(caf::meta::type_name("store_get_msg"), x.key, x.wait_ms);
 }
 struct store_value_msg {
   bool found = false;

@@ -15,6 +15,7 @@
 #include <caf/openssl/all.hpp>
 
 #include "actors/backend.hpp"
+#include "actors/coordinator_store.hpp"
 #include "actors/device.hpp"
 #include "actors/launch.hpp"
 #include "actors/network.hpp"
@@ -28,67 +29,11 @@
 namespace dpactor {
 namespace {
 
-// A device thread's store request, answered through the promise: in-process
-// only (a detached device cannot take a CAF reply in the middle of a handler).
-struct store_fetch {
-  std::string key;
-  std::shared_ptr<std::promise<store_value_msg>> reply;
-};
-
-}  // namespace
-}  // namespace dpactor
-
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dpactor::store_fetch)
-
-namespace dpactor {
-namespace {
-
 using clock_type = std::chrono::steady_clock;
 
 // No coordinator answered at the address within the connect timeout.
 struct unreachable : std::runtime_error {
   using std::runtime_error::runtime_error;
-};
-
-// How often a rank waiting for a key asks the coordinator again.
-constexpr std::chrono::milliseconds store_poll_interval{2};
-
-// Asks the coordinator on behalf of device threads.
-caf::behavior store_proxy(caf::event_based_actor* self, caf::actor coordinator) {
-  return {
-      [self, coordinator](const store_fetch& f) {
-        self->request(coordinator, std::chrono::seconds(5), store_get_msg{f.key})
-            .then([reply = f.reply](const store_value_msg& v) { reply->set_value(v); },
-                  [reply = f.reply](const caf::error&) { reply->set_value(store_value_msg{}); });
-      },
-  };
-}
-
-// The coordinator's store, seen from a worker (See Note [Rendezvous store]).
-class coordinator_store final : public rendezvous_store {
- public:
-  coordinator_store(caf::actor coordinator, caf::actor proxy) : coordinator_(std::move(coordinator)), proxy_(std::move(proxy)) {}
-  void set(const std::string& key, const std::vector<char>& value) override {
-    caf::anon_send(coordinator_, store_set_msg{key, value});
-  }
-  std::optional<std::vector<char>> get(const std::string& key, clock::time_point until) override { return fetch(key, until); }
-  void erase_prefix(const std::string&) override {}  // the coordinator's to do
-
- private:
-  std::optional<std::vector<char>> fetch(const std::string& key, clock::time_point until) {
-    for (;;) {
-      auto reply = std::make_shared<std::promise<store_value_msg>>();
-      auto answer = reply->get_future();
-      caf::anon_send(proxy_, store_fetch{key, reply});
-      if (answer.wait_until(until) != std::future_status::ready) return std::nullopt;
-      store_value_msg v = answer.get();
-      if (v.found) return std::move(v.value);
-      if (clock::now() + store_poll_interval >= until) return std::nullopt;
-      std::this_thread::sleep_for(store_poll_interval);
-    }
-  }
-  caf::actor coordinator_;
-  caf::actor proxy_;
 };
 
 // The Gloo groups this node's devices made, by generation, for abort_msg.
@@ -229,8 +174,8 @@ worker_result serve(caf::actor_system& system, const worker_options& options, bo
   auto groups = std::make_shared<group_registry>();
   auto outcome = std::make_shared<node_outcome>();
   auto result = outcome->promise.get_future();
-  const caf::actor proxy = system.spawn(store_proxy, coordinator);
-  const cluster_link link{std::make_shared<coordinator_store>(coordinator, proxy), facing,
+  const auto store = std::make_shared<coordinator_store>(system, coordinator);
+  const cluster_link link{store, facing,
                           config.cluster.shared_memory, rendezvous_timeout(config)};
   const caf::actor node_actor = system.spawn(node_behavior, coordinator, groups, outcome);
 
@@ -276,7 +221,7 @@ worker_result serve(caf::actor_system& system, const worker_options& options, bo
   groups->abort(std::nullopt);
   for (const auto& d : devices) caf::anon_send_exit(d, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(node_actor, caf::exit_reason::user_shutdown);
-  caf::anon_send_exit(proxy, caf::exit_reason::user_shutdown);
+  store->close();
   return r;
 }
 

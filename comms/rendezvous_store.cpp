@@ -16,12 +16,15 @@ namespace {
 
 class memory_store final : public rendezvous_store {
  public:
+  explicit memory_store(std::function<void(const std::string&)> on_set) : on_set_(std::move(on_set)) {}
+
   void set(const std::string& key, const std::vector<char>& value) override {
     {
       std::lock_guard lock(mutex_);
       values_[key] = value;
     }
     changed_.notify_all();
+    if (on_set_) on_set_(key);
   }
 
   std::optional<std::vector<char>> get(const std::string& key, clock::time_point until) override {
@@ -40,6 +43,7 @@ class memory_store final : public rendezvous_store {
   std::mutex mutex_;
   std::condition_variable changed_;
   std::map<std::string, std::vector<char>> values_;
+  std::function<void(const std::string&)> on_set_;
 };
 
 // How often a directory store looks for a key it waits for.
@@ -102,7 +106,9 @@ class directory_store final : public rendezvous_store {
 
 }  // namespace
 
-std::shared_ptr<rendezvous_store> make_memory_store() { return std::make_shared<memory_store>(); }
+std::shared_ptr<rendezvous_store> make_memory_store(std::function<void(const std::string& key)> on_set) {
+  return std::make_shared<memory_store>(std::move(on_set));
+}
 
 std::shared_ptr<rendezvous_store> make_directory_store(const std::filesystem::path& directory) {
   return std::make_shared<directory_store>(directory);

@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -40,8 +41,10 @@ class rendezvous_store {
   virtual void erase_prefix(const std::string& prefix) = 0;
 };
 
-// Ranks as threads of one process.
-std::shared_ptr<rendezvous_store> make_memory_store();
+// Ranks as threads of one process. `on_set`, when given, is called with the
+// key after every set, outside the store's lock (the coordinator serves the
+// store to other processes and answers their held gets from it).
+std::shared_ptr<rendezvous_store> make_memory_store(std::function<void(const std::string& key)> on_set = {});
 
 // Processes that share `directory` (created if missing): a key is a file,
 // written under a temporary name and renamed, so a reader never sees half a

@@ -20,11 +20,10 @@ namespace dpactor {
 namespace {
 
 // Shard messages queued ahead at each device when some devices are in other
-// processes: a shard reaches a worker through CAF's network layer, a round
-// trip of a few steps, and a deeper queue keeps its devices busy (2 -> 32
-// took 2 processes of 1 replica from 19,300 to 27,200 samples/s,
-// docs/PERFORMANCE.md).
+// processes, at most, and the work they hold (See Note [Work queued ahead
+// across processes]): 32 messages of about 2 ms each.
 constexpr std::int64_t remote_prefetch = 32;
+constexpr double remote_work_ahead_s = 0.064;
 
 // The workers' node actors, for abort_msg and run_over_msg: those joined
 // before the start, then those joined during training. Closed when the run
@@ -202,6 +201,7 @@ void coordinator_role::steer(loader_setup& loader, reducer_setup& reducer, const
   // still follow throughput.
   loader.steal_slices = false;
   loader.prefetch = std::max<std::int64_t>(loader.prefetch, remote_prefetch);
+  loader.work_ahead_s = remote_work_ahead_s;
 }
 
 void coordinator_role::attach(const reducer_actor& reducer, const launch_plan& plan) {

@@ -60,6 +60,10 @@ std::optional<std::vector<char>> coordinator_store::get(const std::string& key, 
   }
 }
 
+void coordinator_store::prefetch(const std::vector<std::string>& keys) {
+  for (const auto& key : keys) in_flight(key);
+}
+
 void coordinator_store::close() { caf::anon_send_exit(proxy_, caf::exit_reason::user_shutdown); }
 
 std::shared_future<coordinator_store::answer> coordinator_store::in_flight(const std::string& key) {

@@ -47,6 +47,7 @@ class coordinator_store final : public rendezvous_store {
   coordinator_store(caf::actor_system& system, caf::actor coordinator);
   void set(const std::string& key, const std::vector<char>& value) override;
   std::optional<std::vector<char>> get(const std::string& key, clock::time_point until) override;
+  void prefetch(const std::vector<std::string>& keys) override;
   void erase_prefix(const std::string&) override {}  // the coordinator's to do
   // Stops the proxy: reads after this are not answered.
   void close();

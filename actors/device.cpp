@@ -1,4 +1,5 @@
 #include "actors/device.hpp"
+#include "actors/log.hpp"
 
 #include "tensors/float_env.hpp"
 
@@ -452,7 +453,10 @@ device_actor::behavior_type device_behavior(device_ptr self, std::shared_ptr<dev
               if (!keep) progress.end_warm_up();
             }
           } ends{progress, warming};
+          const auto formed = std::chrono::steady_clock::now();
           st.comm->broadcast(st.setup->model->state_buffer(), msg.state_source, st.setup->collective);
+          engine_log()->debug("{}: generation {} formed and its state adopted in {:.1f} ms", st.setup->name, st.generation,
+                              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - formed).count());
           progress.mark(device_phase::data, st.last_step + 1);
           st.setup->model->on_state_replaced();
           st.last_step = st.setup->model->optimizer_steps() - 1;

@@ -1,4 +1,5 @@
 #include "actors/loader.hpp"
+#include "train/work_ahead.hpp"
 
 #include <algorithm>
 #include <stdexcept>
@@ -348,7 +349,9 @@ void pump(loader_ptr self) {
       return;
     }
     const std::int64_t in_flight = st.next_step - st.committed_step - 1;
-    if (in_flight >= st.setup.prefetch * st.steps_per_message || st.pending_eval) return;
+    const std::int64_t ahead =
+        messages_ahead(st.setup.prefetch, st.setup.work_ahead_s, st.step_seconds, st.steps_per_message);
+    if (in_flight >= ahead * st.steps_per_message || st.pending_eval) return;
     const bool step_limit = st.setup.max_steps > 0 && st.next_step >= st.setup.max_steps;
     switch (st.source->what_next(static_cast<std::size_t>(st.setup.batch_size))) {
       case data_source::next::step:

@@ -57,7 +57,8 @@ struct loader_setup {
   std::int64_t epochs = 1;
   std::int64_t eval_every = 1;        // epochs between test evaluations; 0 = only at the end
   std::int64_t max_steps = 0;  // 0 = no limit
-  std::int64_t prefetch = 2;          // shard messages queued ahead at each device
+  std::int64_t prefetch = 2;          // shard messages queued ahead at each device (at most, with work_ahead_s)
+  double work_ahead_s = 0.0;          // > 0: about this much work queued ahead (See Note [Work queued ahead across processes])
   std::int64_t steps_per_message = 0; // 0 = automatic
   std::uint64_t seed = 0;
   bool shuffle = true;

@@ -125,6 +125,7 @@ void stop_below_minimum(reducer_ptr self, std::int64_t step, std::optional<devic
 
 void finish_recovery(reducer_ptr self) {
   auto& st = self->state;
+  engine_log()->debug("generation {}: every member suspended or gone", st.plan.generation);
   const std::int64_t committed = st.book->committed();
   const state_source source = st.members->choose_state_source(
       st.suspend_replies, committed, st.rescue_state ? std::optional(st.rescue_state->first) : std::nullopt);
@@ -301,6 +302,7 @@ void handle_fault(reducer_ptr self, std::optional<std::size_t> rank, const std::
     st.suspend_deadline = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(
                                                   std::chrono::duration<double>(st.suspend_timeout_s));
     const std::int64_t generation = st.plan.generation;
+    engine_log()->debug("generation {} aborted ({}): suspending its members", generation, reason);
     for (const auto& m : st.members->members()) {
       if (m.gone) continue;
       const int id = m.id;
@@ -338,6 +340,8 @@ void request_graceful_change(reducer_ptr self) {
   const auto after = st.members->next_pause(st.book->committed(), st.work ? std::optional(st.work->last_step) : std::nullopt);
   if (!after) return;
   st.current = phase::pausing;
+  engine_log()->debug("generation {}: a membership change waits for step {} (committed: {})", st.plan.generation,
+                      *after + 1, st.book->committed() + 1);
   self->send(st.setup.loader, pause_msg{st.plan.generation, *after});
 }
 
@@ -345,6 +349,7 @@ void check_pause_complete(reducer_ptr self) {
   auto& st = self->state;
   if (st.current != phase::pausing || !st.pause_point || st.book->committed() < *st.pause_point) return;
   // Every member has applied the pause point's step; nothing is in flight.
+  engine_log()->debug("generation {}: paused after step {}", st.plan.generation, *st.pause_point + 1);
   st.members->take_due_changes(*st.pause_point);
   // Every member holds the pause point's state, the leaving ones too: one of
   // them is asked for it if too few are left, before any is let go.

@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -151,7 +152,7 @@ def exactly_once(metrics, rows, epochs):
     return "all once" if not bad else f"epochs {bad} wrong: samples {[samples.get(e) for e in bad]} of {rows}"
 
 
-def one_run(dpactor, workers, shm, case, kill, steps_per_epoch, epochs, rendezvous_s):
+def one_run(dpactor, workers, shm, case, kill, steps_per_epoch, epochs, rendezvous_s, keep=None):
     members = workers + 1
     with tempfile.TemporaryDirectory() as tmp:
         job = os.path.join(tmp, "job.cfg")
@@ -163,7 +164,8 @@ def one_run(dpactor, workers, shm, case, kill, steps_per_epoch, epochs, rendezvo
         out = open(out_path, "w")
         started = time.time()
         coord = subprocess.Popen([dpactor, "--coordinator", "--listen", "127.0.0.1:0", "--model", job, "--cpus", "1",
-                                  "--wait-devices", str(members), "--metrics", metrics] + transport + timeouts,
+                                  "--wait-devices", str(members), "--metrics", metrics] + transport + timeouts +
+                                 (["--log-level", "debug"] if keep else []),
                                  stdout=out, stderr=subprocess.STDOUT, cwd=tmp)
         m = wait_for(out_path, r"listening on 127\.0\.0\.1:(\d+)", 60, coord)
         if not m:
@@ -205,6 +207,7 @@ def one_run(dpactor, workers, shm, case, kill, steps_per_epoch, epochs, rendezvo
                         victim.send_signal(signal.SIGKILL)
                 else:
                     start(kill, "late")
+                result["event_at"] = at
                 after = w.until(lambda st: st[-1][1] > generation, 300, coord)
                 result["next_generation_s"] = (after - at) if after else None
             coord.wait(timeout=900)
@@ -224,6 +227,13 @@ def one_run(dpactor, workers, shm, case, kill, steps_per_epoch, epochs, rendezvo
                 coord.kill()
                 coord.wait()
             out.close()
+            if keep:
+                os.makedirs(keep, exist_ok=True)
+                name = f"{workers}-{'shm' if shm else 'tcp'}-{case}-{int(started)}"
+                shutil.copy(out_path, os.path.join(keep, name + ".out"))
+                shutil.copy(metrics, os.path.join(keep, name + ".jsonl"))
+                with open(os.path.join(keep, name + ".json"), "w") as f:
+                    json.dump(result, f)
         return result
 
 
@@ -239,6 +249,7 @@ def main():
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--rendezvous-timeout", type=float, default=10.0,
                    help="cluster.rendezvous_timeout_s (the default 10 s is too short for 65 processes on 2 cores)")
+    p.add_argument("--keep", metavar="DIR", help="keep each run's coordinator output, metrics and figures in DIR")
     a = p.parse_args()
     print("| workers | transport | case | first step (s) | coordinator CPU ms/step | step ms | next generation (s) "
           "| every sample once |")
@@ -247,7 +258,7 @@ def main():
         for transport in a.transports.split(","):
             for case in a.cases.split(","):
                 runs = [one_run(a.dpactor, workers, transport == "shm", case, a.kill, a.steps_per_epoch, a.epochs,
-                                a.rendezvous_timeout)
+                                a.rendezvous_timeout, a.keep)
                         for _ in range(a.repeats)]
 
                 def med(key):

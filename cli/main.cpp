@@ -42,9 +42,11 @@ using namespace dpactor;
 
 void setup_logging(const cli::options& opts) {
   auto logger = spdlog::stderr_color_mt("dpactor");
-  logger->set_pattern("dpactor: %^%l%$: %v");
+  const auto level = opts.quiet ? spdlog::level::warn : spdlog::level::from_str(opts.log_level);
+  // Debug and trace lines say when (what a slow recovery is read from).
+  logger->set_pattern(level <= spdlog::level::debug ? "dpactor: %H:%M:%S.%e %^%l%$: %v" : "dpactor: %^%l%$: %v");
   spdlog::set_default_logger(logger);
-  spdlog::set_level(opts.quiet ? spdlog::level::warn : spdlog::level::from_str(opts.log_level));
+  spdlog::set_level(level);
 }
 
 // The tables of docs/config.md.

@@ -179,6 +179,14 @@ std::string gloo_connection::key(const char* what, int rank) const {
   return group_->options.prefix + "/" + what + "/" + std::to_string(rank);
 }
 
+// Every peer's key of `what`, asked for at once (rendezvous_store::prefetch).
+void gloo_connection::prefetch(const char* what) {
+  std::vector<std::string> keys;
+  for (int peer = 0; peer < group_->size; ++peer)
+    if (peer != rank_) keys.push_back(key(what, peer));
+  group_->store->prefetch(keys);
+}
+
 void gloo_connection::connect(clock::time_point deadline) {
   const auto& opts = group_->options;
   const int n = group_->size;
@@ -199,6 +207,7 @@ void gloo_connection::connect(clock::time_point deadline) {
   transport_owner_ = transport;
   transport_ = tcp;
   group_->store->set(key("gloo", rank_), addresses);
+  prefetch("gloo");
   for (int peer = 0; peer < n; ++peer) {
     if (peer == rank_) continue;
     const std::vector<char> theirs = group_->store_get(key("gloo", peer), deadline, rank_);
@@ -241,6 +250,7 @@ void gloo_connection::share_memory(bool enabled, clock::time_point deadline) {
     mine.insert(mine.end(), inbox->name().begin(), inbox->name().end());
   }
   group_->store->set(key("shm", rank_), mine);
+  prefetch("shm");
   std::vector<char> opened(static_cast<std::size_t>(n), 0);
   std::vector<std::unique_ptr<shm_segment>> peers(static_cast<std::size_t>(n));
   for (int peer = 0; peer < n; ++peer) {
@@ -254,6 +264,7 @@ void gloo_connection::share_memory(bool enabled, clock::time_point deadline) {
     opened[static_cast<std::size_t>(peer)] = segment != nullptr;
   }
   group_->store->set(key("shm_opened", rank_), opened);
+  prefetch("shm_opened");
   for (int peer = 0; peer < n; ++peer) {
     if (peer == rank_) continue;
     const std::vector<char> theirs = group_->store_get(key("shm_opened", peer), deadline, rank_);

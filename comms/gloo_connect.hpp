@@ -114,6 +114,7 @@ class gloo_connection {
 
  private:
   std::string key(const char* what, int rank) const;
+  void prefetch(const char* what);
   void share_memory(bool enabled, clock::time_point deadline);
   bool interrupted_wait(gloo::transport::UnboundBuffer& buffer, wait_alarm::kind k, clock::time_point wake,
                         clock::time_point deadline);

@@ -37,6 +37,10 @@ class rendezvous_store {
   // nullopt if it is not set by then. Throws std::runtime_error when the
   // store itself fails (unreachable, unreadable).
   virtual std::optional<std::vector<char>> get(const std::string& key, clock::time_point until) = 0;
+  // Says that `keys` will be read soon: a store whose reads are round trips
+  // (the coordinator's, across processes) sends them all now, so that reads
+  // one after the other wait for one round trip, not one each.
+  virtual void prefetch(const std::vector<std::string>& /*keys*/) {}
   // Erases every key that starts with `prefix`.
   virtual void erase_prefix(const std::string& prefix) = 0;
 };

@@ -50,7 +50,8 @@ std::uint64_t random_word() {
 
 }  // namespace
 
-// The segment: this header, then one ring per rank of the group.
+// The segment: this header, then one ring per rank of the group (its header
+// and its data).
 struct shm_segment::layout {
   std::uint64_t magic;
   std::uint64_t nonce;
@@ -61,9 +62,20 @@ struct shm_segment::layout {
   static std::size_t rings_at() noexcept {
     return (sizeof(layout) + alignof(shm_ring) - 1) / alignof(shm_ring) * alignof(shm_ring);
   }
-  static std::size_t bytes(int ranks) { return rings_at() + static_cast<std::size_t>(ranks) * sizeof(shm_ring); }
-  shm_ring* rings() noexcept { return reinterpret_cast<shm_ring*>(reinterpret_cast<std::byte*>(this) + rings_at()); }
+  static std::size_t stride(int ranks) noexcept { return sizeof(shm_ring) + shm_ring_bytes(ranks); }
+  static std::size_t bytes(int ranks) { return rings_at() + static_cast<std::size_t>(ranks) * stride(ranks); }
+  shm_ring& ring(int r) noexcept {
+    return *reinterpret_cast<shm_ring*>(reinterpret_cast<std::byte*>(this) + rings_at() +
+                                        static_cast<std::size_t>(r) * stride(static_cast<int>(ranks)));
+  }
 };
+
+std::size_t shm_ring_bytes(int ranks) noexcept {
+  constexpr std::size_t most = std::size_t{1} << 20, least = std::size_t{64} << 10, inbox = std::size_t{8} << 20;
+  std::size_t bytes = most;
+  while (bytes > least && bytes * static_cast<std::size_t>(std::max(ranks, 1)) > inbox) bytes /= 2;
+  return bytes;
+}
 
 void shm_doorbell::ring() noexcept {
   seq.fetch_add(1, std::memory_order_seq_cst);
@@ -84,16 +96,18 @@ void shm_doorbell::wait(std::uint32_t seen, std::chrono::steady_clock::time_poin
 
 bool shm_transfer::advance() {
   bool moved = false;
+  const std::size_t capacity = static_cast<std::size_t>(ring->capacity);
+  std::byte* const ring_data = ring->data();
   if (send) {
     const std::uint64_t head = ring->head.load(std::memory_order_relaxed);
     const std::uint64_t tail = ring->tail.load(std::memory_order_acquire);
-    std::size_t space = shm_ring_bytes - static_cast<std::size_t>(head - tail);
+    std::size_t space = capacity - static_cast<std::size_t>(head - tail);
     std::uint64_t at = head;
     const auto put = [&](const std::byte* from, std::size_t n) {
-      const std::size_t offset = static_cast<std::size_t>(at % shm_ring_bytes);
-      const std::size_t first = std::min(n, shm_ring_bytes - offset);
-      std::memcpy(ring->data + offset, from, first);
-      std::memcpy(ring->data, from + first, n - first);
+      const std::size_t offset = static_cast<std::size_t>(at % capacity);
+      const std::size_t first = std::min(n, capacity - offset);
+      std::memcpy(ring_data + offset, from, first);
+      std::memcpy(ring_data, from + first, n - first);
       at += n;
       space -= n;
     };
@@ -116,10 +130,10 @@ bool shm_transfer::advance() {
     std::size_t avail = static_cast<std::size_t>(head - tail);
     std::uint64_t at = tail;
     const auto take = [&](std::byte* to, std::size_t n) {
-      const std::size_t offset = static_cast<std::size_t>(at % shm_ring_bytes);
-      const std::size_t first = std::min(n, shm_ring_bytes - offset);
-      std::memcpy(to, ring->data + offset, first);
-      std::memcpy(to + first, ring->data, n - first);
+      const std::size_t offset = static_cast<std::size_t>(at % capacity);
+      const std::size_t first = std::min(n, capacity - offset);
+      std::memcpy(to, ring_data + offset, first);
+      std::memcpy(to + first, ring_data, n - first);
       at += n;
       avail -= n;
     };
@@ -182,7 +196,7 @@ std::unique_ptr<shm_segment> shm_segment::create(int ranks) {
     l->ranks = static_cast<std::uint64_t>(ranks);
     new (&l->aborted) std::atomic<std::uint32_t>(0);
     new (&l->doorbell) shm_doorbell();
-    for (int r = 0; r < ranks; ++r) new (l->rings() + r) shm_ring();
+    for (int r = 0; r < ranks; ++r) new (&l->ring(r)) shm_ring{.capacity = shm_ring_bytes(ranks)};
     // The magic last: a peer that maps early sees no segment yet.
     std::atomic_ref<std::uint64_t>(l->magic).store(segment_magic, std::memory_order_release);
     return std::unique_ptr<shm_segment>(new shm_segment(name, base, bytes, true));
@@ -218,7 +232,7 @@ void shm_segment::unlink() noexcept {
   linked_ = false;
 }
 
-shm_ring& shm_segment::ring_from(int sender) noexcept { return static_cast<layout*>(base_)->rings()[sender]; }
+shm_ring& shm_segment::ring_from(int sender) noexcept { return static_cast<layout*>(base_)->ring(sender); }
 
 shm_doorbell& shm_segment::doorbell() noexcept { return static_cast<layout*>(base_)->doorbell; }
 

@@ -45,8 +45,13 @@
 
 namespace dpactor {
 
-// Bytes of each ring: a message larger than this streams through it.
-inline constexpr std::size_t shm_ring_bytes = std::size_t{1} << 20;
+// Bytes of each ring of a group of `ranks`: a message larger than this
+// streams through it. 1 MiB for groups of up to 8 ranks, then an inbox of
+// about 8 MiB shared by the rings (down to 64 KiB each): a segment is
+// reserved whole when it is made (shm_segment::create), and 65 ranks with
+// rings of 1 MiB reserved 4.2 GB a generation, which took seconds of a
+// recovery on 2 cores (docs/scale.md).
+std::size_t shm_ring_bytes(int ranks) noexcept;
 
 // A rank's doorbell: a counter that every event meant for the rank
 // increments, and that the rank sleeps on.
@@ -59,11 +64,13 @@ struct shm_doorbell {
   void wait(std::uint32_t seen, std::chrono::steady_clock::time_point until) noexcept;
 };
 
-// One direction between two ranks, in the receiver's segment.
+// One direction between two ranks, in the receiver's segment: this header,
+// then `capacity` bytes of data.
 struct shm_ring {
   alignas(64) std::atomic<std::uint64_t> head{0};  // bytes written, by the sender
+  std::uint64_t capacity = 0;                      // set when the segment is made
   alignas(64) std::atomic<std::uint64_t> tail{0};  // bytes read, by the receiver
-  alignas(64) std::byte data[shm_ring_bytes];
+  std::byte* data() noexcept { return reinterpret_cast<std::byte*>(this) + sizeof(shm_ring); }
 };
 
 // One message being sent or received over a ring, advanced by calls to

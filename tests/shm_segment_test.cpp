@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -35,13 +36,14 @@ void run(shm_transfer& t, shm_doorbell& bell) {
   }
 }
 
-TEST(ShmSegment, MessagesLargerThanTheRingStreamThroughItWholeAndInOrder) {
-  auto receiver = shm_segment::create(2);
-  auto sender = shm_segment::create(2);
-  auto receivers_view = shm_segment::open(receiver->name(), receiver->nonce(), 2);  // as the sender maps it
+// Two messages back to back on the ring from rank 1 to rank 0 of a group of
+// `ranks`: 3.5 rings, then 13 bytes.
+void expect_streamed_whole_and_in_order(int ranks) {
+  auto receiver = shm_segment::create(ranks);
+  auto sender = shm_segment::create(ranks);
+  auto receivers_view = shm_segment::open(receiver->name(), receiver->nonce(), ranks);  // as the sender maps it
   ASSERT_NE(receivers_view, nullptr);
-  // Two messages back to back on the ring from rank 1 to rank 0: 3.5 rings, then 13 bytes.
-  std::vector<std::byte> first(shm_ring_bytes * 7 / 2), second(13);
+  std::vector<std::byte> first(shm_ring_bytes(ranks) * 7 / 2), second(13);
   for (std::size_t i = 0; i < first.size(); ++i) first[i] = static_cast<std::byte>(i * 131 + 7);
   for (std::size_t i = 0; i < second.size(); ++i) second[i] = static_cast<std::byte>(200 - i);
   std::vector<std::byte> got_first(first.size()), got_second(second.size());
@@ -71,6 +73,29 @@ TEST(ShmSegment, MessagesLargerThanTheRingStreamThroughItWholeAndInOrder) {
   EXPECT_EQ(got_second, second);
 }
 
+TEST(ShmSegment, MessagesLargerThanTheRingStreamThroughItWholeAndInOrder) { expect_streamed_whole_and_in_order(2); }
+
+TEST(ShmSegment, TheSmallerRingsOfALargeGroupStreamTheSame) {
+  ASSERT_LT(shm_ring_bytes(65), shm_ring_bytes(2));
+  expect_streamed_whole_and_in_order(65);
+}
+
+// A segment is reserved whole when it is made: 1 MiB rings up to 8 ranks,
+// then an inbox of about 8 MiB, never rings under 64 KiB.
+TEST(ShmSegment, RingsShrinkAsTheGroupGrowsSoThatAnInboxStaysSmall) {
+  EXPECT_EQ(shm_ring_bytes(2), std::size_t{1} << 20);
+  EXPECT_EQ(shm_ring_bytes(8), std::size_t{1} << 20);
+  EXPECT_EQ(shm_ring_bytes(9), std::size_t{512} << 10);
+  EXPECT_EQ(shm_ring_bytes(65), std::size_t{64} << 10);
+  EXPECT_EQ(shm_ring_bytes(1000), std::size_t{64} << 10);
+  auto segment = shm_segment::create(65);
+  struct stat st{};
+  const std::string path = "/dev/shm" + segment->name();
+  ASSERT_EQ(stat(path.c_str(), &st), 0) << path;
+  EXPECT_LT(st.st_size, 9 << 20) << "65 rings of 64 KiB and their headers";
+  EXPECT_GE(st.st_size, 65 << 16);
+}
+
 // Messages to one peer posted at once, each larger than the ring: a later
 // one may not start while an earlier one is on the ring, though the receiver
 // frees room between the transfers' turns (it drains on the other core
@@ -88,7 +113,7 @@ TEST(ShmExchange, MessagesPostedTogetherToOnePeerArriveWholeAndInOrder) {
   // Four messages of 2.5, 1.5, 3.25 and 1 rings and a few bytes, each its own pattern.
   std::vector<std::vector<std::byte>> sent;
   for (const std::size_t quarters : {10, 6, 13, 4}) {
-    std::vector<std::byte> m(shm_ring_bytes * quarters / 4 + sent.size() + 1);
+    std::vector<std::byte> m(shm_ring_bytes(2) * quarters / 4 + sent.size() + 1);
     for (std::size_t i = 0; i < m.size(); ++i) m[i] = static_cast<std::byte>(i * (29 + 2 * sent.size()) + sent.size());
     sent.push_back(std::move(m));
   }

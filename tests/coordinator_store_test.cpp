@@ -122,11 +122,12 @@ TEST(CoordinatorStore, AReadOfAKeyNotSetIsHeldUntilAnotherWorkerSetsIt) {
 TEST(CoordinatorStore, AKeyNeverSetIsAskedForOnceAHoldAndNotFoundAtTheDeadline) {
   served_store s;
   const auto start = clock_type::now();
-  EXPECT_EQ(s.read("g1/missing", 2500ms), std::nullopt);
-  EXPECT_GE(clock_type::now() - start, 2500ms);
-  // Holds of 1 s in 2.5 s: 3 reads (the third still in flight at the end).
+  EXPECT_EQ(s.read("g1/missing", 3500ms), std::nullopt);
+  EXPECT_GE(clock_type::now() - start, 3500ms);
+  // Holds of 1 s in 3.5 s: 4 reads (the fourth still in flight at the end);
+  // at least 2 however late the holds end. Asked every 2 ms, it was hundreds.
   EXPECT_GE(s.reads->load(), 2);
-  EXPECT_LE(s.reads->load(), 3);
+  EXPECT_LE(s.reads->load(), 4);
 }
 
 TEST(CoordinatorStore, RanksOfOneProcessReadingOneKeyShareTheRead) {

@@ -52,6 +52,17 @@ struct job_case {
   int steps = 300;                  // the run's steps; the events fall at the same fractions of it
 };
 
+std::string job_case_name(const job_case& c) {
+  if (c.mode != "every_step")
+    return c.config + "_" + c.mode + "_" + c.codec + (c.fragments > 1 ? "_fragments" + std::to_string(c.fragments) : "") +
+           (c.delay > 0 ? "_delay" : "");
+  return c.config + "_micro_batch_" + std::to_string(c.micro_batch);
+}
+// What gtest prints of the parameter in a test's listed name (and so in
+// ctest's): its name, not its bytes, which hold heap addresses and changed
+// every build, so ctest's timing data never matched a test.
+void PrintTo(const job_case& c, std::ostream* os) { *os << job_case_name(c); }
+
 class SameBytes : public ::testing::TestWithParam<job_case> {
  protected:
   void SetUp() override {
@@ -174,13 +185,7 @@ INSTANTIATE_TEST_SUITE_P(Slices, SameBytes,
                                            job_case{"mlp", 64, "diloco", "int8", 1, 1, 100},
                                            job_case{"mlp", 64, "diloco", "fp32", 1, 1, 100},
                                            job_case{"mlp", 64, "diloco", "bf16", 2, 0, 100}),
-                         [](const auto& info) {
-                           if (info.param.mode != "every_step")
-                             return info.param.config + "_" + info.param.mode + "_" + info.param.codec +
-                                    (info.param.fragments > 1 ? "_fragments" + std::to_string(info.param.fragments) : "") +
-                                    (info.param.delay > 0 ? "_delay" : "");
-                           return info.param.config + "_micro_batch_" + std::to_string(info.param.micro_batch);
-                         });
+                         [](const auto& info) { return job_case_name(info.param); });
 
 }  // namespace
 }  // namespace dpactor

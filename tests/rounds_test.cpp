@@ -365,6 +365,16 @@ struct reference_case {
   std::int64_t delay = 0;
 };
 
+std::string reference_case_name(const reference_case& c) {
+  return std::string(c.mode == sync_mode::diloco ? "diloco" : "local_sgd") +
+         (c.codec == sync_codec::int8   ? "_int8"
+          : c.codec == sync_codec::bf16 ? "_bf16"
+                                        : "") +
+         (c.fragments > 1 ? "_fragments" : "") + (c.delay > 0 ? "_delay" : "");
+}
+// gtest prints the parameter in the test's listed name: its name, not its bytes.
+void PrintTo(const reference_case& c, std::ostream* os) { *os << reference_case_name(c); }
+
 class ReferenceRounds : public ::testing::TestWithParam<reference_case> {};
 
 TEST_P(ReferenceRounds, TheEngineMatchesAPlainLoopBitwiseForThreeRoundsOnOneAndTwoDevices) {
@@ -469,13 +479,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, ReferenceRounds,
                                            reference_case{sync_mode::diloco, sync_codec::fp32, 1, 1},
                                            reference_case{sync_mode::diloco, sync_codec::int8, 1, 1},
                                            reference_case{sync_mode::diloco, sync_codec::bf16, 1, 1}),
-                         [](const auto& info) {
-                           return std::string(info.param.mode == sync_mode::diloco ? "diloco" : "local_sgd") +
-                                  (info.param.codec == sync_codec::int8   ? "_int8"
-                                   : info.param.codec == sync_codec::bf16 ? "_bf16"
-                                                                          : "") +
-                                  (info.param.fragments > 1 ? "_fragments" : "") + (info.param.delay > 0 ? "_delay" : "");
-                         });
+                         [](const auto& info) { return reference_case_name(info.param); });
 
 
 // The config_error that the default job with `sets` gives, before training.
@@ -651,6 +655,11 @@ TEST_P(RoundsOverlap, ASkippedRoundLeavesItsWorkersTheStateTheyStartedItFrom) {
   EXPECT_TRUE(workers("step-00000002") == workers("step-00000003")) << "round 2 changed its workers' states";
   EXPECT_FALSE(workers("step-00000003") == workers("step-00000004")) << "round 3 did not (the comparison proves nothing)";
 }
+
+}  // namespace
+// The same for a codec (found by argument-dependent lookup: in dpactor).
+void PrintTo(sync_codec codec, std::ostream* os) { *os << sync_codec_name(codec); }
+namespace {
 
 INSTANTIATE_TEST_SUITE_P(Codecs, RoundsOverlap, ::testing::Values(sync_codec::fp32, sync_codec::int8, sync_codec::bf16),
                          [](const auto& info) { return std::string(sync_codec_name(info.param)); });

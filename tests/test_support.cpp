@@ -85,6 +85,8 @@ job_config small_job(std::int64_t replicas, std::int64_t batch, std::int64_t tra
 
 std::string kind_name(replica_kind kind) { return kind == replica_kind::mlp ? "mlp" : "torch"; }
 
+void PrintTo(replica_kind kind, std::ostream* os) { *os << kind_name(kind); }
+
 job_config small_job(replica_kind kind, std::int64_t replicas, std::int64_t batch, std::int64_t train_rows) {
   job_config c = small_job(replicas, batch, train_rows);
   if (kind == replica_kind::torch) {

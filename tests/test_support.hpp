@@ -46,6 +46,8 @@ job_config small_job(std::int64_t replicas, std::int64_t batch, std::int64_t tra
 // twin as a TorchScript module on the libtorch replica.
 enum class replica_kind { mlp, torch };
 std::string kind_name(replica_kind kind);
+// gtest prints a parameter in the test's listed name: the kind's name.
+void PrintTo(replica_kind kind, std::ostream* os);
 // small_job on either kind: for torch, tests/data/torch/mlp_16_32_4.pt, the
 // same 16-32-4 network (its own initial weights).
 job_config small_job(replica_kind kind, std::int64_t replicas, std::int64_t batch, std::int64_t train_rows = 1024);

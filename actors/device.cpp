@@ -408,6 +408,7 @@ device_actor::behavior_type device_behavior(device_ptr self, std::shared_ptr<dev
     runner->set_bf16_codec(s.workers != nullptr ? s.workers->setup().codec == sync_codec::bf16
                                                 : s.step_codec == sync_codec::bf16);
     if (s.workers != nullptr) runner->set_fragments(s.workers->setup().fragments);
+    runner->set_powersgd(s.powersgd);
   };
   make_runner(self->state.runner);
   if (s.shadows[0]) {  // See Note [Overlapped delayed rounds]

@@ -62,6 +62,8 @@ struct device_setup {
   // every_step: what the gradients travel as (sync.codec; See Note [Bf16
   // steps]).
   sync_codec step_codec = sync_codec::fp32;
+  // sync.codec = "powersgd" (See Note [PowerSGD steps]); null otherwise.
+  std::shared_ptr<const powersgd_setup> powersgd;
   std::shared_ptr<const dataset> train;
   std::shared_ptr<const dataset> test;
   lr_schedule schedule;

@@ -179,6 +179,25 @@ void load_initial_state(const job_config& config, const run_options& options, la
   plan.initial_state = std::make_shared<const std::vector<float>>(std::move(state));
 }
 
+// See Note [PowerSGD steps]: the residuals and the basis the devices share.
+void plan_powersgd(const job_config& config, const run_options& options, launch_plan& plan) {
+  const sync_config& s = config.sync;
+  if (options.coordinator)
+    throw config_error(config.source + ": sync.codec = \"powersgd\" runs in one process in this version (its "
+                       "error-feedback residuals and warm-start basis are shared by the devices of one process); "
+                       "across processes use sync.codec = \"bf16\", or a round mode (docs/async.md)");
+  if (!options.resume_from.empty() && plan.start_step > s.powersgd_start_step)
+    throw config_error(visible(options.resume_from) + ": the checkpoint is at step " + std::to_string(plan.start_step) +
+                       ", after sync.powersgd_start_step = " + std::to_string(s.powersgd_start_step) +
+                       ": a checkpoint does not hold PowerSGD's error-feedback residuals and warm-start basis in this "
+                       "version, so the resumed steps would not be the run's; resume with sync.codec = \"fp32\" or "
+                       "\"bf16\" (the optimizer state is the same), or start again");
+  const auto slices = static_cast<std::size_t>((config.train.batch_size + config.train.micro_batch - 1) /
+                                               config.train.micro_batch);
+  plan.powersgd = make_powersgd_setup(plan.layout, static_cast<std::size_t>(s.powersgd_rank), s.powersgd_start_step,
+                                      static_cast<std::uint64_t>(config.train.seed), config.train.reproducible, slices);
+}
+
 // The round modes' plan, before the state layout (See Note [Logical
 // workers]); `devices`: the devices the run starts with (a coordinator's
 // include the ones it waits for), one logical worker each by default.
@@ -358,9 +377,10 @@ launch_plan prepare_launch(const job_config& config, const run_options& options,
                       : config.train.reproducible     ? 1
                                                       : std::max(1, hardware_cores() / replicas);
   if (config.sync.rounds()) plan_rounds(config, options, starting, plan);
-  else if (options.torch_model && config.sync.codec == sync_codec::bf16)
-    throw config_error("run_options::torch_model: sync.codec = \"bf16\" runs on native MLP replicas only in this "
-                       "version (a torch model's buffers travel with its gradients)");
+  else if (options.torch_model && (config.sync.codec == sync_codec::bf16 || config.sync.codec == sync_codec::powersgd))
+    throw config_error("run_options::torch_model: sync.codec = \"" + sync_codec_name(config.sync.codec) +
+                       "\" runs on native MLP replicas only in this version (a torch model's buffers travel with its "
+                       "gradients)");
   plan.layout = plan.module ? make_state_layout(plan.module->layout(), config.optimizer, plan.module->buffer_begin())
                             : make_state_layout(config.model, config.sync.rounds() ? plan.outer_optimizer : config.optimizer);
   // Note [A checkpoint knows its data]: a checkpoint records the fingerprint
@@ -371,6 +391,7 @@ launch_plan prepare_launch(const job_config& config, const run_options& options,
   if (!stream && (!config.train.checkpoint_dir.empty() || !options.resume_from.empty()))
     plan.data_fingerprint = data_fingerprint(*plan.data.train, *plan.data.test);
   load_initial_state(config, options, plan);
+  if (config.sync.codec == sync_codec::powersgd && !config.sync.rounds()) plan_powersgd(config, options, plan);
   const auto rows = static_cast<std::int64_t>(plan.data.train->rows);
   plan.epoch_steps = std::max<std::int64_t>(1, (rows + config.train.batch_size - 1) / config.train.batch_size);
   if (plan.rounds) {
@@ -446,6 +467,7 @@ std::shared_ptr<device_setup> make_device_setup(const job_config& config, const 
   } else {
     setup->model = make_replica(config, shape, id, plan.torch_factory);
     setup->step_codec = config.sync.codec;  // See Note [Bf16 steps]
+    setup->powersgd = plan.powersgd;        // See Note [PowerSGD steps]
   }
   setup->model->import_state(*plan.initial_state);  // a newcomer is overwritten by the generation's broadcast
   setup->train = plan.data.train;

@@ -21,6 +21,7 @@
 #include "tensors/torch_model.hpp"
 #include "train/fault_plan.hpp"
 #include "train/logical_workers.hpp"
+#include "train/powersgd.hpp"
 #include "train/round_shape.hpp"
 
 namespace dpactor {
@@ -52,6 +53,8 @@ struct launch_plan {
   round_shape shape;                // rounds only
   optimizer_config outer_optimizer; // rounds only: the replicas' optimizer
   state_layout inner_layout;        // rounds only: an inner replica's (the job's optimizer)
+  // sync.codec = "powersgd": what the devices share (See Note [PowerSGD steps]).
+  std::shared_ptr<const powersgd_setup> powersgd;
   std::vector<float> resumed_workers;  // rounds, resumed: the workers' states until the store takes them
 };
 

@@ -20,6 +20,7 @@ std::string sync_codec_name(sync_codec c) {
     case sync_codec::fp32: return "fp32";
     case sync_codec::bf16: return "bf16";
     case sync_codec::int8: return "int8";
+    case sync_codec::powersgd: return "powersgd";
   }
   return "?";
 }
@@ -35,11 +36,13 @@ void validate_sync(const job_config& c, const std::string& where) {
       throw config_error(where + "sync.codec = \"int8\" needs a round mode (sync.mode = \"local_sgd\" or "
                          "\"diloco\"): its error feedback lives in the logical workers' state; sync.mode = "
                          "\"every_step\" takes \"fp32\" or \"bf16\"");
-    if (s.codec == sync_codec::bf16 && c.module.kind == model_kind::torchscript)
-      throw config_error(where + "sync.codec = \"bf16\" runs on native MLP replicas only in this version: a torch "
+    const bool compressed = s.codec == sync_codec::bf16 || s.codec == sync_codec::powersgd;
+    const std::string codec = "sync.codec = \"" + sync_codec_name(s.codec) + "\"";
+    if (compressed && c.module.kind == model_kind::torchscript)
+      throw config_error(where + codec + " runs on native MLP replicas only in this version: a torch "
                          "model's buffers (BatchNorm's statistics) travel with its gradients");
-    if (s.codec == sync_codec::bf16 && !c.cluster.gpus.empty())
-      throw config_error(where + "sync.codec = \"bf16\" runs on CPU replicas only in this version (use --cpus)");
+    if (compressed && !c.cluster.gpus.empty())
+      throw config_error(where + codec + " runs on CPU replicas only in this version (use --cpus)");
     if (s.delay > 0)
       throw config_error(where + "sync.delay = " + std::to_string(s.delay) + " needs a round mode (sync.mode = "
                          "\"local_sgd\" or \"diloco\"): sync.mode = \"every_step\" applies each step's exchange "
@@ -47,6 +50,9 @@ void validate_sync(const job_config& c, const std::string& where) {
     return;
   }
   const std::string mode = "sync.mode = \"" + sync_mode_name(s.mode) + "\"";
+  if (s.codec == sync_codec::powersgd)  // See Note [PowerSGD steps]
+    throw config_error(where + "sync.codec = \"powersgd\" compresses the gradients of sync.mode = \"every_step\"; " +
+                       mode + " sends pseudo-gradients once a round: use sync.codec = \"int8\" or \"bf16\" there");
   if (s.workers > 0 && c.train.batch_size % s.workers != 0)
     throw config_error(where + "train.batch_size = " + std::to_string(c.train.batch_size) +
                        " does not split evenly over sync.workers = " + std::to_string(s.workers) +

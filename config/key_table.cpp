@@ -342,14 +342,24 @@ const std::vector<key_spec>& keys() {
               "run (on CPU replicas without module buffers; elsewhere between the rounds). false: "
               "always between the rounds. The same bytes either way.");
     b.choice<sync_codec>("codec", [](job_config& c) -> sync_codec& { return c.sync.codec; },
-                         {{"fp32", sync_codec::fp32}, {"bf16", sync_codec::bf16}, {"int8", sync_codec::int8}},
+                         {{"fp32", sync_codec::fp32}, {"bf16", sync_codec::bf16}, {"int8", sync_codec::int8},
+                          {"powersgd", sync_codec::powersgd}},
                          "What the pseudo-gradients travel as: int8 sends one byte a value (a quarter of fp32's), "
                          "with scales every member agrees on so that the sum is exact and the same bytes on any "
                          "number of devices; bf16 sends each worker's value rounded to bf16 (two bytes, half of "
                          "fp32's where a device runs one worker) and gathers the sum in bf16. Each worker keeps what "
                          "the codec dropped and adds it to its next pseudo-gradient (error feedback). In every_step: "
                          "\"bf16\" sends the gradients in bf16 (as DDP's bf16 hook, no error feedback; "
-                         "docs/async.md); \"int8\" needs a round mode.");
+                         "docs/async.md); \"powersgd\" sends each weight matrix's gradient as two rank-r factors "
+                         "(sync.powersgd_rank), with error feedback and a warm start, as DDP's PowerSGD hook "
+                         "(every_step only, in one process); \"int8\" needs a round mode.");
+    b.integer("powersgd_rank", [](job_config& c) -> std::int64_t& { return c.sync.powersgd_rank; }, 1,
+              "sync.codec = \"powersgd\": the rank r of the factors (DDP's matrix_approximation_rank, whose "
+              "default is 1). A rows x cols matrix sends r (rows + cols) floats a step; matrices where that is not "
+              "at least half fewer, and biases, travel whole.", 1024);
+    b.integer("powersgd_start_step", [](job_config& c) -> std::int64_t& { return c.sync.powersgd_start_step; }, 0,
+              "sync.codec = \"powersgd\": the steps before this one are plain fp32 steps (DDP's "
+              "start_powerSGD_iter): the first gradients change too fast for the warm start.");
     b.integer("workers", [](job_config& c) -> std::int64_t& { return c.sync.workers; }, 0,
               "K logical workers (the unit of the round algorithm: inner model, inner optimizer state and share "
               "of each round's data). 0: one per device at the start. Devices run them, several one after the "

@@ -161,6 +161,11 @@ step_runner::computed step_runner::compute_slices(const step_shard& shard, repli
     if (slice != 0) clear_buffers(model, buffers_[buffer]);  // See Note [Module buffers]: slice 0's count
     c.digest += sample_digest(slice_rows, train.sequences);
     computed_slices_.push_back(static_cast<std::uint32_t>(slice));
+    if (compresses(shard.step)) {  // See Note [PowerSGD steps]: M = g + e
+      const std::vector<float> e = powersgd_->residuals->read(slice, shard.step);
+      const std::span<float> m = buffers_[buffer];
+      for (std::size_t i = 0; i < e.size(); ++i) m[i] += e[i];
+    }
     if (keeps_leaves()) leaves_.emplace_back(slice, buffer);  // encoded apart (See Note [Int8 pseudo-gradients])
     else builder_.add_leaf(slice, buffer, buffers_, free_);
     if (slow != nullptr) injected_delay(control, shard.step, (slow->factor - 1.0) * seconds_since(start));
@@ -184,7 +189,8 @@ step_runner::computed step_runner::compute(const step_shard& shard, replica& mod
                                            collective* comm) {
   computed c = start_computing(shard, control);
   model.zero_grad();
-  const bool overlap = comm != nullptr && comm->overlaps_compute() && !bf16_;  // See Note [Bf16 steps]
+  // See Note [Bf16 steps] and Note [PowerSGD steps]: the codecs reduce after backward.
+  const bool overlap = comm != nullptr && comm->overlaps_compute() && !bf16_ && !compresses(shard.step);
   if (overlap) {
     starter_.begin_step(buckets(model), comm, model.native_stream());
     c.overlapped = comm;
@@ -319,9 +325,10 @@ std::span<const float> step_runner::synchronize(const computed& c, std::size_t r
     fragment_ = {fb, fe, 0};
     // See Note [Delayed rounds]: the run's last round applies the held one too.
     if (c.work != nullptr && c.work->flushes(c.step)) model.flush_next_update();
-    if (int8_ || bf16_) {
+    if (int8_ || bf16_ || compresses(c.step)) {
       if (int8_) exchange_int8(c, fb, fe, grads, comm, options);
-      else exchange_bf16(c, fb, fe, grads, comm, options);
+      else if (bf16_) exchange_bf16(c, fb, fe, grads, comm, options);
+      else exchange_powersgd(c, model, grads, comm, options);
       return update(model, comm, options, lr_, {&fragment_, 1}, c.step, progress, /*reduced_whole=*/true);
     }
     parts_.clear();
@@ -334,10 +341,11 @@ std::span<const float> step_runner::synchronize(const computed& c, std::size_t r
   // in order, and the header follows them on every member. Otherwise the
   // gradients are one part, reduced after the header.
   std::span<const gradient_bucket> parts;
-  if (bf16_) {  // See Note [Bf16 steps]: compute() started no bucket
+  if (bf16_ || compresses(c.step)) {  // See Note [Bf16 steps]: compute() started no bucket
     reduce_header(c, returned, comm, options, observer, progress);
     if (!header_is_finite()) return skip(model);
-    exchange_bf16_members(grads, comm, options);
+    if (bf16_) exchange_bf16_members(grads, comm, options);
+    else exchange_powersgd_members(model, grads, comm, options);
     return update(model, comm, options, lr_, {&whole_, 1}, c.step, progress, /*reduced_whole=*/true);
   }
   if (comm.overlaps_compute()) {
@@ -462,6 +470,81 @@ void step_runner::exchange_bf16_members(std::span<float> grads, collective& comm
   parts_bf16_.assign(1, {tree.leaf(static_cast<std::size_t>(comm.rank())), rounded});
   comm.reduce_scatter_tree_bf16(members, parts_bf16_, grads, options);
   gather_bf16_sum(grads, comm, options);
+}
+
+const powersgd_plan& step_runner::powersgd_plan_of(const replica& model) {
+  if (!powersgd_plan_) powersgd_plan_.emplace(model.layout(), powersgd_->rank);
+  return *powersgd_plan_;
+}
+
+void step_runner::gather_sum(std::span<float> sum, collective& comm, const collective_options& options) {
+  if (comm.size() > 1) comm.all_gather({&sum, 1}, options);
+}
+
+// See Note [PowerSGD steps]: the held slices' messages are leaves of the
+// summation tree, each sum gathered whole on every member. A slice's
+// residual is written before the second exchange (it needs P and the
+// slice's own Q only), so that a member that finishes the step has every
+// slice's residual to read in the next one.
+void step_runner::exchange_powersgd(const computed& c, const replica& model, std::span<float> grads, collective& comm,
+                                    const collective_options& options) {
+  const powersgd_plan& plan = powersgd_plan_of(model);
+  const std::vector<float> basis = powersgd_->bases->read(0, c.step);
+  const std::size_t held = leaves_.size();
+  p_parts_.resize(held);
+  q_parts_.resize(held);
+  parts_.clear();
+  for (std::size_t l = 0; l < held; ++l) {
+    const auto [slice, buffer] = leaves_[l];
+    p_parts_[l].resize(plan.p_floats());
+    plan.project(buffers_[buffer], basis, p_parts_[l]);
+    parts_.push_back({tree_->leaf(slice), p_parts_[l]});
+  }
+  p_sum_.assign(plan.p_floats(), 0.0f);
+  comm.reduce_scatter_tree(tree_->slices(), parts_, p_sum_, options);
+  gather_sum(p_sum_, comm, options);
+  plan.orthogonalize(p_sum_);
+  parts_.clear();
+  for (std::size_t l = 0; l < held; ++l) {
+    const auto [slice, buffer] = leaves_[l];
+    q_parts_[l].resize(plan.q_floats());
+    plan.back_project(buffers_[buffer], p_sum_, q_parts_[l]);
+    plan.keep_residual(buffers_[buffer], p_sum_, q_parts_[l]);
+    powersgd_->residuals->write(slice, c.step, std::vector<float>(buffers_[buffer].begin(), buffers_[buffer].end()));
+    parts_.push_back({tree_->leaf(slice), q_parts_[l]});
+  }
+  q_sum_.assign(plan.q_floats(), 0.0f);
+  comm.reduce_scatter_tree(tree_->slices(), parts_, q_sum_, options);
+  gather_sum(q_sum_, comm, options);
+  plan.decompress(p_sum_, q_sum_, grads);
+  powersgd_->bases->write(0, c.step, q_sum_);  // the warm start: every member writes the same bytes
+}
+
+// See Note [PowerSGD steps]: fast mode, this member one unit; its residual
+// and basis are its own (the sums are the all-reduce's, so the members
+// apply the same bytes even where their bases differ, as a newcomer's does).
+// The residual changes only once both exchanges are done: a step that fails
+// keeps the one it started from.
+void step_runner::exchange_powersgd_members(const replica& model, std::span<float> grads, collective& comm,
+                                            const collective_options& options) {
+  const powersgd_plan& plan = powersgd_plan_of(model);
+  if (member_basis_.empty()) member_basis_ = plan.initial_basis(powersgd_->seed);
+  member_residual_.resize(plan.parameters(), 0.0f);
+  const std::span<float> m = grads.first(plan.parameters());
+  for (std::size_t i = 0; i < m.size(); ++i) m[i] += member_residual_[i];
+  p_sum_.assign(plan.p_floats(), 0.0f);
+  plan.project(m, member_basis_, p_sum_);
+  if (comm.size() > 1) comm.all_reduce_sum(p_sum_, options);
+  plan.orthogonalize(p_sum_);
+  q_parts_.resize(1);
+  q_parts_[0].assign(plan.q_floats(), 0.0f);
+  plan.back_project(m, p_sum_, q_parts_[0]);
+  q_sum_ = q_parts_[0];
+  if (comm.size() > 1) comm.all_reduce_sum(q_sum_, options);
+  std::copy(m.begin(), m.end(), member_residual_.begin());
+  plan.keep_residual(member_residual_, p_sum_, q_parts_[0]);
+  plan.decompress(p_sum_, q_sum_, m);
+  member_basis_ = q_sum_;
 }
 
 void step_runner::gather_bf16_sum(std::span<float> sum, collective& comm, const collective_options& options) {

@@ -17,6 +17,7 @@
 #include "train/device_progress.hpp"
 #include "train/fault_plan.hpp"
 #include "train/int8_codec.hpp"
+#include "train/powersgd.hpp"
 #include "train/slice_work.hpp"
 #include "train/step_record.hpp"
 #include "train/step_shard.hpp"
@@ -149,6 +150,11 @@ class step_runner {
   // every_step too (See Note [Bf16 steps]): a step not sliced (fast mode)
   // is one leaf a member.
   void set_bf16_codec(bool on) noexcept { bf16_ = on; }
+  // sync.codec = "powersgd" in every_step (See Note [PowerSGD steps]): from
+  // its start step, a sliced step's slices are kept apart, each with its
+  // residual, and the step's gradients travel as factors; a step not sliced
+  // (fast mode) is one unit a member, with this member's residual.
+  void set_powersgd(std::shared_ptr<const powersgd_setup> setup) noexcept { powersgd_ = std::move(setup); }
   // sync.fragments (See Note [Fragments]): step s reduces and updates only
   // fragment s mod P of the parameters; the rest of the state carries over.
   void set_fragments(std::int64_t p) noexcept { fragments_ = std::max<std::int64_t>(1, p); }
@@ -202,7 +208,20 @@ class step_runner {
   // others': every member ends with the same bf16-rounded sum.
   void gather_bf16_sum(std::span<float> sum, collective& comm, const collective_options& options);
   // A codec keeps the slices apart.
-  bool keeps_leaves() const noexcept { return int8_ || bf16_; }
+  bool keeps_leaves() const noexcept { return int8_ || bf16_ || compresses(computed_step_); }
+  // Whether step `step` travels as PowerSGD's factors.
+  bool compresses(std::int64_t step) const noexcept { return powersgd_ && powersgd_->compresses(step); }
+  const powersgd_plan& powersgd_plan_of(const replica& model);
+  // See Note [PowerSGD steps]: the sliced step's exchange (its slices'
+  // residuals added by compute_slices), and fast mode's, this member one
+  // unit. The applied gradient sum lands whole in `grads`.
+  void exchange_powersgd(const computed& c, const replica& model, std::span<float> grads, collective& comm,
+                         const collective_options& options);
+  void exchange_powersgd_members(const replica& model, std::span<float> grads, collective& comm,
+                                 const collective_options& options);
+  // Every member's chunk of a reduce-scattered `sum` gathered: every member
+  // holds the whole.
+  static void gather_sum(std::span<float> sum, collective& comm, const collective_options& options);
   // Where `parts` leave gaps in the parameter section, the state carries
   // over into the pending state (See Note [Fragments]).
   static void carry_gaps(replica& model, std::span<const gradient_bucket> parts, double lr);
@@ -258,6 +277,14 @@ class step_runner {
   std::vector<tree_part_bf16> parts_bf16_;
   std::vector<std::uint16_t> gathered_bf16_;
   std::int64_t fragments_ = 1;
+  // See Note [PowerSGD steps]: the setup, the plan of this member's layout,
+  // each held unit's messages, their sums, and in fast mode this member's
+  // residual and basis.
+  std::shared_ptr<const powersgd_setup> powersgd_;
+  std::optional<powersgd_plan> powersgd_plan_;
+  std::vector<std::vector<float>> p_parts_, q_parts_;
+  std::vector<float> p_sum_, q_sum_;
+  std::vector<float> member_residual_, member_basis_;
   gradient_bucket fragment_;  // the step's fragment as one part
   // The int8 codec's: the slices held apart (slice, buffer), the workers'
   // block maxima, the plan and the int8 sum.

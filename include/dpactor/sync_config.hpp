@@ -12,7 +12,7 @@ namespace dpactor {
 
 enum class sync_mode { every_step, local_sgd, diloco };
 enum class outer_optimizer_kind { nesterov, sgd };
-enum class sync_codec { fp32, bf16, int8 };
+enum class sync_codec { fp32, bf16, int8, powersgd };
 
 struct sync_config {
   sync_mode mode = sync_mode::every_step;
@@ -27,6 +27,10 @@ struct sync_config {
   bool overlap = true;
   sync_codec codec = sync_codec::fp32;
   std::int64_t workers = 0;  // K logical workers; 0 = the devices at start
+  // codec = powersgd (every_step): the factors' rank, and the first step
+  // that is compressed (DDP's matrix_approximation_rank, start_powerSGD_iter).
+  std::int64_t powersgd_rank = 4;
+  std::int64_t powersgd_start_step = 1000;
   // The inner steps' rate is optimizer.lr / K (the linear scaling rule for an
   // inner batch of B / K samples), so a job keeps its [optimizer] across modes.
   bool scale_inner_lr = true;

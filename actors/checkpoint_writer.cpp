@@ -22,7 +22,10 @@ checkpoint_writer_actor::behavior_type checkpoint_writer_behavior(std::shared_pt
           worker_states workers;
           if (setup->inner)
             workers = {&*setup->inner, state.subspan(replica), setup->residual, setup->fragments, setup->delayed};
-          reply.path = setup->directory->write(setup->layout, state.first(replica), record, setup->keep, workers).string();
+          powersgd_states powersgd;
+          if (setup->powersgd) powersgd = {&*setup->powersgd, state.subspan(replica)};
+          reply.path =
+              setup->directory->write(setup->layout, state.first(replica), record, setup->keep, workers, powersgd).string();
         } catch (const std::exception& e) {
           reply.error = e.what();
         }

@@ -11,6 +11,7 @@
 
 #include "actors/protocol.hpp"
 #include "train/checkpoint_directory.hpp"
+#include "train/powersgd.hpp"
 #include "tensors/replica.hpp"
 
 namespace dpactor {
@@ -30,6 +31,10 @@ struct checkpoint_writer_setup {
   bool residual = false;      // the workers' states hold a codec's residual
   std::size_t fragments = 1;  // and with fragments their parameters (See Note [A logical worker's state])
   bool delayed = false;       // and with sync.delay their progress
+  // every_step with sync.codec = "powersgd" in reproducible mode: after the
+  // replica's state, each slice's residual and the basis (See Note [PowerSGD
+  // steps], powersgd_states).
+  std::optional<powersgd_plan> powersgd;
 };
 
 // Answers each write_checkpoint_msg with a checkpoint_written_msg.

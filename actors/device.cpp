@@ -22,12 +22,20 @@ using device_ptr = device_actor::stateful_pointer<device_state>;
 
 // What a checkpoint after `last_step` holds: the replica's state, and in the
 // round modes every logical worker's state at the start of the next round
-// (See Note [Logical workers]).
+// (See Note [Logical workers]); with PowerSGD in reproducible mode each
+// slice's residual and the basis at the start of the next step (See Note
+// [PowerSGD steps]).
 std::vector<float> checkpoint_state(const device_setup& setup, std::int64_t last_step) {
   std::vector<float> state = setup.model->export_state();
   if (setup.workers) {
     const std::vector<float> workers = setup.workers->store().read_all(last_step + 1);
     state.insert(state.end(), workers.begin(), workers.end());
+  }
+  if (setup.powersgd && setup.powersgd->residuals) {
+    const std::vector<float> residuals = setup.powersgd->residuals->read_all(last_step + 1);
+    const std::vector<float> basis = setup.powersgd->bases->read(0, last_step + 1);
+    state.insert(state.end(), residuals.begin(), residuals.end());
+    state.insert(state.end(), basis.begin(), basis.end());
   }
   return state;
 }

@@ -182,20 +182,34 @@ void load_initial_state(const job_config& config, const run_options& options, la
 // See Note [PowerSGD steps]: the residuals and the basis the devices share.
 void plan_powersgd(const job_config& config, const run_options& options, launch_plan& plan) {
   const sync_config& s = config.sync;
-  if (options.coordinator)
-    throw config_error(config.source + ": sync.codec = \"powersgd\" runs in one process in this version (its "
-                       "error-feedback residuals and warm-start basis are shared by the devices of one process); "
-                       "across processes use sync.codec = \"bf16\", or a round mode (docs/async.md)");
-  if (!options.resume_from.empty() && plan.start_step > s.powersgd_start_step)
-    throw config_error(visible(options.resume_from) + ": the checkpoint is at step " + std::to_string(plan.start_step) +
-                       ", after sync.powersgd_start_step = " + std::to_string(s.powersgd_start_step) +
-                       ": a checkpoint does not hold PowerSGD's error-feedback residuals and warm-start basis in this "
-                       "version, so the resumed steps would not be the run's; resume with sync.codec = \"fp32\" or "
-                       "\"bf16\" (the optimizer state is the same), or start again");
+  if (options.coordinator && config.train.reproducible)
+    throw config_error(config.source + ": sync.codec = \"powersgd\" with train.reproducible = true runs in one "
+                       "process in this version (a slice's error-feedback residual is shared by the devices of one "
+                       "process, and slices move between processes); across processes set train.reproducible = "
+                       "false (each member keeps its own residual), or use sync.codec = \"bf16\" (docs/async.md)");
   const auto slices = static_cast<std::size_t>((config.train.batch_size + config.train.micro_batch - 1) /
                                                config.train.micro_batch);
-  plan.powersgd = make_powersgd_setup(plan.layout, static_cast<std::size_t>(s.powersgd_rank), s.powersgd_start_step,
-                                      static_cast<std::uint64_t>(config.train.seed), config.train.reproducible, slices);
+  const auto rank = static_cast<std::size_t>(s.powersgd_rank);
+  auto setup = make_powersgd_setup(plan.layout, rank, s.powersgd_start_step, static_cast<std::uint64_t>(config.train.seed),
+                                   config.train.reproducible, slices);
+  // Resumed after the first compressed step: the checkpoint's residuals and
+  // basis, which a reproducible run's checkpoints hold. Fast mode's members
+  // start again from zero residuals and the first basis (their residuals are
+  // their own, and fast mode is not reproducible).
+  if (!options.resume_from.empty() && plan.start_step > s.powersgd_start_step && setup->residuals) {
+    const powersgd_plan layout_plan(plan.layout, rank);
+    const loaded_checkpoint ckpt = read_checkpoint(options.resume_from, plan.layout, nullptr, false, 1, false, &layout_plan);
+    const std::size_t n = plan.layout.parameter_size;
+    const std::size_t saved = (ckpt.powersgd.size() - layout_plan.q_floats()) / n;
+    if (saved != slices)
+      throw config_error(visible(options.resume_from) + ": the checkpoint holds PowerSGD residuals of " +
+                         std::to_string(saved) + " slices, this config has " + std::to_string(slices) +
+                         " (train.batch_size / train.micro_batch): a run keeps its slices from start to end");
+    const std::span<const float> loaded(ckpt.powersgd);
+    setup->residuals = std::make_shared<logical_worker_store>(slices, loaded.first(slices * n), plan.start_step);
+    setup->bases = std::make_shared<logical_worker_store>(1, loaded.subspan(slices * n), plan.start_step);
+  }
+  plan.powersgd = std::move(setup);
 }
 
 // The round modes' plan, before the state layout (See Note [Logical
@@ -571,6 +585,8 @@ std::shared_ptr<const checkpoint_writer_setup> make_writer_setup(const job_confi
     setup->fragments = static_cast<std::size_t>(plan.rounds->fragments);
     setup->delayed = plan.rounds->delayed;
   }
+  if (plan.powersgd && plan.powersgd->residuals)  // See Note [PowerSGD steps]
+    setup->powersgd.emplace(plan.layout, plan.powersgd->rank);
   return setup;
 }
 

@@ -5,7 +5,8 @@ K = 4 logical workers, every_step against diloco at H = 4, 8, 16 and 64 and
 local_sgd at H = 16, diloco with the int8 codec at H = 16 and 64, and streaming
 diloco (4 fragments) at H = 16, and diloco at H = 16 with the one-round
 delay (sync.delay = 1), in fp32 and int8, and every_step with its gradients in
-bf16 (sync.codec = "bf16", issue "Never wait for the slowest"): final test accuracy (median over 3 seeds: a reproducible
+bf16 (sync.codec = "bf16", issue "Never wait for the slowest") and as PowerSGD's
+factors (sync.codec = "powersgd", rank 4 and 1, from step 1000, 100 and 0): final test accuracy (median over 3 seeds: a reproducible
 run gives the same bytes every time, so the spread is the seed's) and the
 bytes the collectives sent (the summary's, See Note [Bytes sent]). Writes the
 table to stdout and the accuracy-against-bytes curves (seed 42) as an SVG.
@@ -34,6 +35,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CASES = [
     ("every_step", []),
     ("every_step bf16", ["sync.codec=\"bf16\""]),
+    ("every_step powersgd r4", ["sync.codec=\"powersgd\"", "sync.powersgd_rank=4"]),
+    ("every_step powersgd r4 start 100", ["sync.codec=\"powersgd\"", "sync.powersgd_rank=4",
+                                          "sync.powersgd_start_step=100"]),
+    ("every_step powersgd r4 start 0", ["sync.codec=\"powersgd\"", "sync.powersgd_rank=4",
+                                        "sync.powersgd_start_step=0"]),
+    ("every_step powersgd r1", ["sync.codec=\"powersgd\"", "sync.powersgd_rank=1"]),
     ("diloco H=4", ["sync.mode=\"diloco\"", "sync.every=4"]),
     ("diloco H=8", ["sync.mode=\"diloco\"", "sync.every=8"]),
     ("diloco H=16", ["sync.mode=\"diloco\"", "sync.every=16"]),

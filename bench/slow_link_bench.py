@@ -12,6 +12,11 @@ by side, interleaved, --repeats times each:
   diloco+delay      the same with sync.delay = 1 (sync.outer_lr = 0.35): each round's
                     exchange runs while the next round computes (sync.overlap)
   delay, no overlap the same with sync.overlap = false: the exchange between the rounds
+  every_step fast, every_step bf16, every_step powersgd fast
+                    (issue 30, acceptance 4: not in the default --modes) every_step
+                    with train.reproducible = false, with sync.codec = "bf16"
+                    (reproducible), and with sync.codec = "powersgd" (rank 4 from
+                    the first step; fast mode, as PowerSGD runs across processes)
   no exchange       the same job with nothing sent: 3 independent processes
                     of one logical worker each (sync.workers = 1, a third of
                     the batch), run at the same time; their rates added
@@ -140,6 +145,10 @@ def main():
         return base + ["--set", f"train.max_steps={steps}", "--set", f"train.log_every={max(1, steps // 12)}"]
     diloco = base + ["--set", "sync.mode=\"diloco\"", "--set", f"sync.codec=\"{args.codec}\"", "--set", f"sync.every={args.every}", "--set",
                      f"train.max_steps={rounds}", "--set", f"train.log_every={max(1, rounds // 12)}"]
+    fast = ["--set", "train.reproducible=false"]
+    bf16 = ["--set", "sync.codec=\"bf16\""]
+    powersgd = fast + ["--set", "sync.codec=\"powersgd\"", "--set", "sync.powersgd_rank=4", "--set",
+                       "sync.powersgd_start_step=0"]
     delayed = diloco + ["--set", "sync.delay=1", "--set", "sync.outer_lr=0.35"]
     between = delayed + ["--set", "sync.overlap=false"]
     alone = ["--batch-size", str(args.batch // 3), "--epochs", "1", "--set", "train.eval_every=0", "--set",
@@ -158,6 +167,12 @@ def main():
                 "diloco": lambda r: rate_of(cluster_run(args.dpactor, diloco, tmp, f"d{rate}{r}"), args.warmup),
                 "diloco+delay": lambda r: rate_of(cluster_run(args.dpactor, delayed, tmp, f"l{rate}{r}"), args.warmup),
                 "delay, no overlap": lambda r: rate_of(cluster_run(args.dpactor, between, tmp, f"b{rate}{r}"), args.warmup),
+                "every_step fast": lambda r: rate_of(cluster_run(args.dpactor, every_step_at(rate) + fast, tmp,
+                                                                 f"f{rate}{r}"), args.warmup),
+                "every_step bf16": lambda r: rate_of(cluster_run(args.dpactor, every_step_at(rate) + bf16, tmp,
+                                                                 f"h{rate}{r}"), args.warmup),
+                "every_step powersgd fast": lambda r: rate_of(cluster_run(args.dpactor, every_step_at(rate) + powersgd,
+                                                                          tmp, f"p{rate}{r}"), args.warmup),
                 "no exchange": lambda r: sum(rate_of(m, args.warmup) for m in alone_runs(args.dpactor, alone, tmp, f"a{rate}{r}")),
             }
             for r in range(args.repeats):
@@ -171,6 +186,8 @@ def main():
             for k, v in rows.items():
                 print(f"| {k} | {med[k]:,.0f} | {', '.join(f'{x:,.0f}' for x in v)} |")
             ratios = [("diloco / every_step", "diloco", "every_step", "x"),
+                      ("bf16 / every_step", "every_step bf16", "every_step", "x"),
+                      ("powersgd fast / every_step fast", "every_step powersgd fast", "every_step fast", "x"),
                       ("diloco+delay / no exchange", "diloco+delay", "no exchange", ""),
                       ("overlap / no overlap", "diloco+delay", "delay, no overlap", "x"),
                       ("diloco / no exchange", "diloco", "no exchange", "")]

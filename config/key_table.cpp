@@ -352,7 +352,7 @@ const std::vector<key_spec>& keys() {
                          "\"bf16\" sends the gradients in bf16 (as DDP's bf16 hook, no error feedback; "
                          "docs/async.md); \"powersgd\" sends each weight matrix's gradient as two rank-r factors "
                          "(sync.powersgd_rank), with error feedback and a warm start, as DDP's PowerSGD hook "
-                         "(every_step only, in one process); \"int8\" needs a round mode.");
+                         "(every_step only; across processes with train.reproducible = false); \"int8\" needs a round mode.");
     b.integer("powersgd_rank", [](job_config& c) -> std::int64_t& { return c.sync.powersgd_rank; }, 1,
               "sync.codec = \"powersgd\": the rank r of the factors (DDP's matrix_approximation_rank, whose "
               "default is 1). A rows x cols matrix sends r (rows + cols) floats a step; matrices where that is not "

@@ -359,28 +359,54 @@ TEST(PowerSgdSteps, AFailureAJoinAndALeaveGiveTheBytesOfAQuietRun) {
   EXPECT_EQ(run("faulty", 3, {"fail:1@5", "join:cpu@12", "leave:0@30"}), quiet);
 }
 
-// A checkpoint does not hold the residuals and the basis yet: a resume after
-// the first compressed step is refused, naming both steps; one before it
-// trains on.
-TEST(PowerSgdSteps, AResumeAfterTheFirstCompressedStepIsRefusedAndOneBeforeItTrains) {
+// A checkpoint holds each slice's residual and the basis
+// (powersgd.safetensors), so a resume after the first compressed step, on
+// another number of devices, ends with the bytes of the run never
+// interrupted; another slice count is refused naming both, as is a
+// checkpoint of a fast-mode run, which holds none.
+TEST(PowerSgdSteps, AResumeOnAnotherNumberOfDevicesGivesTheBytesOfTheRunNeverInterrupted) {
   testing::scratch_dir dir;
-  job_config c = powersgd_job(1, dir / "first");
-  c.train.max_steps = 3;
-  {
-    Engine engine(c);
-    engine.start();
-    ASSERT_EQ(engine.wait().steps, 3);
+  job_config c = powersgd_job(2, dir / "whole");
+  c.train.checkpoint_every = 1;
+  c.train.keep_checkpoints = 0;  // all of them
+  Engine whole(c);
+  whole.start();
+  const run_summary ended = whole.wait();
+  ASSERT_EQ(ended.steps, 8);
+  const std::filesystem::path middle = dir / "whole" / "step-00000005";
+  ASSERT_TRUE(std::filesystem::exists(middle / "powersgd.safetensors"));
+  for (const std::int64_t devices : {1, 3}) {
+    SCOPED_TRACE(std::to_string(devices) + " device(s)");
+    const job_config again = powersgd_job(devices, dir / ("again" + std::to_string(devices)));
+    Engine resumed(again, testing::resume_from(middle));
+    resumed.start();
+    const run_summary s = resumed.wait();
+    ASSERT_EQ(s.steps, 8);
+    EXPECT_EQ(file_values(std::filesystem::path(s.checkpoint) / "model.safetensors"),
+              file_values(std::filesystem::path(ended.checkpoint) / "model.safetensors"));
+    EXPECT_EQ(file_values(std::filesystem::path(s.checkpoint) / "optimizer.safetensors"),
+              file_values(std::filesystem::path(ended.checkpoint) / "optimizer.safetensors"));
   }
-  job_config again = powersgd_job(1, dir / "again");
-  const std::string refused = testing::error_of<config_error>([&] {
-    Engine e(again, testing::resume_from(dir / "first" / "step-00000003"));
+  job_config other = powersgd_job(1, dir / "other");
+  other.train.micro_batch = 32;
+  const std::string slices = testing::error_of<config_error>([&] {
+    Engine e(other, testing::resume_from(middle));
     e.start();
   });
-  EXPECT_NE(refused.find("at step 3, after sync.powersgd_start_step = 2"), std::string::npos) << refused;
-  again.sync.powersgd_start_step = 3;
-  Engine resumed(again, testing::resume_from(dir / "first" / "step-00000003"));
-  resumed.start();
-  EXPECT_EQ(resumed.wait().steps, 8);
+  EXPECT_NE(slices.find("holds PowerSGD residuals of 4 slices, this config has 2"), std::string::npos) << slices;
+  job_config fast = powersgd_job(1, dir / "fast");
+  fast.train.reproducible = false;
+  fast.train.max_steps = 3;
+  {
+    Engine e(fast);
+    e.start();
+    ASSERT_EQ(e.wait().steps, 3);
+  }
+  const std::string missing = testing::error_of<checkpoint_error>([&] {
+    Engine e(powersgd_job(1, dir / "from_fast"), testing::resume_from(dir / "fast" / "step-00000003"));
+    e.start();
+  });
+  EXPECT_NE(missing.find("powersgd.safetensors: missing"), std::string::npos) << missing;
 }
 
 std::string sync_error(const std::vector<std::string>& sets) {
@@ -421,7 +447,8 @@ TEST(PowerSgdSteps, WhatPowerSgdDoesNotRunIsRefusedBeforeTraining) {
     Engine engine(c, o);
     engine.start();
   });
-  EXPECT_NE(across.find("sync.codec = \"powersgd\" runs in one process"), std::string::npos) << across;
+  EXPECT_NE(across.find("sync.codec = \"powersgd\" with train.reproducible = true runs in one process"),
+            std::string::npos) << across;
   const std::string torch = testing::error_of<config_error>([] {
     job_config c = testing::small_job(testing::replica_kind::torch, 1, 64);
     c.sync.codec = sync_codec::powersgd;

@@ -233,6 +233,19 @@ TEST(Distributed, AWorkerJoinsDuringTrainingIdenticalFromItsFirstStepEverySample
   EXPECT_LT(shares[shares.size() / 2], 0.4) << "median share of the slow joiner over its second half";
 }
 
+// PowerSGD in fast mode across processes (Note [PowerSGD steps]): each
+// member keeps its own residual and basis, the factors are all-reduced over
+// Gloo, so a joiner with a fresh basis applies the members' bytes from its
+// first step on, and every sample is trained once.
+TEST(Distributed, PowerSgdInFastModeAWorkerJoinsIdenticalFromItsFirstStepEverySampleOnce) {
+  cluster job;
+  std::string output;
+  expect_a_clean_join(job, mlp_config, 1,
+                      {"--set", "train.reproducible=false", "--set", "sync.codec=\"powersgd\"", "--set",
+                       "sync.powersgd_start_step=0", "--set", "train.verify_replicas=true"},
+                      output);
+}
+
 // A torch worker loads the module from the coordinator's model.path, with
 // its file's initial weights, and takes the members' state in the broadcast.
 TEST(Distributed, ATorchWorkerJoinsDuringTrainingIdenticalFromItsFirstStepEverySampleOnce) {

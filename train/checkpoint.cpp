@@ -91,6 +91,88 @@ void save_workers(const fs::path& file, const worker_states& w) {
   save_safetensors(file, tensors, meta);
 }
 
+// powersgd.safetensors (See Note [PowerSGD steps]): slice k's residual on
+// each compressed matrix as "slice.<k>.residual.<param>" (it is zero
+// elsewhere), the basis as "basis.<param>" (cols x rank); the slices and
+// the rank in the metadata.
+constexpr const char* powersgd_file = "powersgd.safetensors";
+
+// The parameter tensor that starts at `offset`.
+const tensor_spec& tensor_at(const state_layout& layout, std::size_t offset) {
+  for (std::size_t i = 0; i < layout.parameter_tensors; ++i)
+    if (layout.layout.tensors()[i].offset == offset) return layout.layout.tensors()[i];
+  throw std::logic_error("powersgd: no parameter tensor at " + std::to_string(offset));
+}
+
+void save_powersgd(const fs::path& file, const state_layout& layout, const powersgd_states& p) {
+  const powersgd_plan& plan = *p.plan;
+  const std::size_t n = layout.parameter_size, slices = (p.states.size() - plan.q_floats()) / n;
+  const std::span<const float> basis = p.states.subspan(slices * n);
+  std::vector<std::string> names;
+  names.reserve((slices + 1) * plan.matrices().size());  // no reallocation: the tensors point at the names
+  std::vector<tensor_to_save> tensors;
+  for (std::size_t k = 0; k < slices; ++k)
+    for (const auto& m : plan.matrices()) {
+      const tensor_spec& t = tensor_at(layout, m.offset);
+      names.push_back("slice." + std::to_string(k) + ".residual." + t.name);
+      tensors.push_back({names.back(), t.shape, p.states.subspan(k * n + m.offset, t.numel())});
+    }
+  for (const auto& m : plan.matrices()) {
+    names.push_back("basis." + tensor_at(layout, m.offset).name);
+    tensors.push_back({names.back(), {static_cast<std::int64_t>(m.cols), static_cast<std::int64_t>(plan.rank())},
+                       basis.subspan(m.q_at, m.cols * plan.rank())});
+  }
+  string_pairs meta{{"slices", std::to_string(slices)}, {"rank", std::to_string(plan.rank())}};
+  meta.emplace_back(tensor_checksum_key, tensor_file_checksum(tensors, meta));
+  save_safetensors(file, tensors, meta);
+}
+
+std::vector<float> load_powersgd(const fs::path& file, const state_layout& layout, const powersgd_plan& plan,
+                                 bool checksummed) {
+  const std::string origin = file.string();
+  std::error_code ec;
+  if (!fs::exists(file, ec))
+    throw checkpoint_error(origin + ": missing: the checkpoint holds no PowerSGD residuals and basis (is it of a run "
+                           "with another sync.codec, or in fast mode?)");
+  const auto loaded = load_safetensors(file);
+  verify_tensor_file(loaded, origin, checksummed);
+  const std::string* slices_text = loaded.find_metadata("slices");
+  const std::string* rank_text = loaded.find_metadata("rank");
+  std::size_t slices = 0, rank = 0;
+  try {
+    if (slices_text == nullptr || rank_text == nullptr) throw std::invalid_argument("missing");
+    slices = static_cast<std::size_t>(std::stoull(*slices_text));
+    rank = static_cast<std::size_t>(std::stoull(*rank_text));
+  } catch (const std::exception&) {
+    throw checkpoint_error(origin + ": metadata \"slices\" or \"rank\" is missing or not a number");
+  }
+  if (rank != plan.rank())
+    throw checkpoint_error(origin + ": factors of rank " + std::to_string(rank) + ", this run has sync.powersgd_rank = " +
+                           std::to_string(plan.rank()));
+  if (slices == 0 || slices > (1u << 20)) throw checkpoint_error(origin + ": " + std::to_string(slices) + " slices");
+  const std::size_t n = layout.parameter_size;
+  std::vector<float> out(slices * n + plan.q_floats(), 0.0f);
+  const auto take = [&](const std::string& name, const std::vector<std::int64_t>& want, float* to) {
+    const loaded_tensor* t = loaded.find(name);
+    if (t == nullptr) throw checkpoint_error(origin + ": tensor \"" + name + "\" is missing");
+    if (t->shape != want || t->dtype != "F32")
+      throw checkpoint_error(origin + ": tensor \"" + name + "\" has another shape or type than this run's");
+    if (const auto bad = first_nonfinite(t->values))
+      throw checkpoint_error(origin + ": tensor \"" + name + "\" holds a non-finite value at " + std::to_string(*bad));
+    std::copy(t->values.begin(), t->values.end(), to);
+  };
+  for (std::size_t k = 0; k < slices; ++k)
+    for (const auto& m : plan.matrices()) {
+      const tensor_spec& t = tensor_at(layout, m.offset);
+      take("slice." + std::to_string(k) + ".residual." + t.name, t.shape, out.data() + k * n + m.offset);
+    }
+  for (const auto& m : plan.matrices())
+    take("basis." + tensor_at(layout, m.offset).name,
+         {static_cast<std::int64_t>(m.cols), static_cast<std::int64_t>(plan.rank())},
+         out.data() + slices * n + m.q_at);
+  return out;
+}
+
 std::vector<float> load_workers(const fs::path& file, const state_layout& inner, bool residual, std::size_t fragments,
                                 bool delayed, bool checksummed) {
   const std::string origin = file.string();
@@ -316,7 +398,7 @@ void crash_point(std::string_view point) {
 void set_checkpoint_crash_hook(std::function<void(std::string_view)> hook) { crash_hook() = std::move(hook); }
 
 fs::path write_checkpoint(const fs::path& root, const state_layout& layout, std::span<const float> state,
-                          const trainer_record& record, worker_states workers) {
+                          const trainer_record& record, worker_states workers, powersgd_states powersgd) {
   // See Note [Non-finite steps]: a diverged state never becomes the newest checkpoint.
   require_finite(state.first(layout.layout.size()), layout.layout,
                  "checkpoint of step " + std::to_string(record.step) + " not written (the newest one on disk stays)");
@@ -353,6 +435,18 @@ fs::path write_checkpoint(const fs::path& root, const state_layout& layout, std:
                                " (the newest one on disk stays)");
       save_workers(tmp / workers_file, workers);
     }
+    if (powersgd.plan != nullptr) {
+      const std::size_t n = layout.parameter_size;
+      if (powersgd.states.size() < powersgd.plan->q_floats() + n ||
+          (powersgd.states.size() - powersgd.plan->q_floats()) % n != 0)
+        throw checkpoint_error("checkpoint of step " + std::to_string(record.step) + ": " +
+                               std::to_string(powersgd.states.size()) + " floats of PowerSGD's residuals and basis");
+      if (const auto bad = first_nonfinite(powersgd.states))
+        throw checkpoint_error("checkpoint of step " + std::to_string(record.step) +
+                               " not written: a PowerSGD residual holds a non-finite value at " + std::to_string(*bad) +
+                               " (the newest one on disk stays)");
+      save_powersgd(tmp / powersgd_file, layout, powersgd);
+    }
     crash_point("optimizer written");
     json trainer = trainer_json(record);
     trainer["crc32"] = crc32_hex(trainer.dump());
@@ -364,7 +458,7 @@ fs::path write_checkpoint(const fs::path& root, const state_layout& layout, std:
     // not verify never becomes `latest`, and nothing older is pruned for it.
     try {
       const loaded_checkpoint back = read_checkpoint(tmp, layout, workers.inner, workers.residual, workers.fragments,
-                                                     workers.delayed);
+                                                     workers.delayed, powersgd.plan);
       const auto same = [](float x, float y) { return std::bit_cast<std::uint32_t>(x) == std::bit_cast<std::uint32_t>(y); };
       for (const auto& t : layout.layout.tensors())  // the padding between tensors is not saved
         for (std::size_t i = t.offset; i < t.offset + t.numel(); ++i)
@@ -375,6 +469,9 @@ fs::path write_checkpoint(const fs::path& root, const state_layout& layout, std:
       if (workers.inner != nullptr && !std::equal(back.workers.begin(), back.workers.end(), workers.states.begin(),
                                                   workers.states.end(), same))
         throw checkpoint_error("the logical workers' states read back differently");
+      if (powersgd.plan != nullptr && !std::equal(back.powersgd.begin(), back.powersgd.end(), powersgd.states.begin(),
+                                                  powersgd.states.end(), same))
+        throw checkpoint_error("PowerSGD's residuals and basis read back differently");
     } catch (const checkpoint_error& e) {
       throw checkpoint_error("checkpoint " + final_dir.string() + " not written: it does not read back (" + e.what() +
                              "); the newest one on disk stays");
@@ -448,7 +545,7 @@ trainer_record read_trainer_record(const fs::path& path) {
 }
 
 loaded_checkpoint read_checkpoint(const fs::path& path, const state_layout& layout, const state_layout* inner,
-                                  bool residual, std::size_t fragments, bool delayed) {
+                                  bool residual, std::size_t fragments, bool delayed, const powersgd_plan* powersgd) {
   const fs::path dir = checkpoint_dir_of(path);
   loaded_checkpoint out;
   out.directory = dir;
@@ -474,6 +571,7 @@ loaded_checkpoint read_checkpoint(const fs::path& path, const state_layout& layo
   write_step_counter(out.state, layout, counter);
   if (inner != nullptr)
     out.workers = load_workers(dir / workers_file, *inner, residual, fragments, delayed, out.record.checksummed);
+  if (powersgd != nullptr) out.powersgd = load_powersgd(dir / powersgd_file, layout, *powersgd, out.record.checksummed);
   return out;
 }
 

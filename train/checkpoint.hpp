@@ -9,6 +9,9 @@
 //                                            with fragments its parameters "worker.<k>.inner.<param>",
 //                                            with sync.delay its progress "worker.<k>.progress.<param>"
 //                                            and samples since each fragment's exchange in metadata
+//   DIR/step-00000470/powersgd.safetensors   every_step with sync.codec = "powersgd" in reproducible
+//                                            mode: each slice's residual "slice.<k>.residual.<param>"
+//                                            and the basis "basis.<param>" (its compressed matrices)
 //   DIR/latest                               the name of the newest one
 // Each is written under a temporary name, flushed, then renamed, so a reader
 // never sees a partial checkpoint.
@@ -23,6 +26,7 @@
 
 #include "data/epoch_ledger.hpp"
 #include "tensors/replica.hpp"
+#include "train/powersgd.hpp"
 #include "train/worker_state.hpp"
 
 namespace dpactor {
@@ -58,6 +62,14 @@ inline std::size_t worker_floats(const state_layout& inner, bool residual = fals
   return worker_state_shape::of(inner, residual, fragments, delayed).size();
 }
 
+// sync.codec = "powersgd" in reproducible mode (See Note [PowerSGD steps]):
+// at the checkpoint's step, each slice's residual (the parameter section),
+// slice after slice, then the basis (plan->q_floats()).
+struct powersgd_states {
+  const powersgd_plan* plan = nullptr;  // null: none
+  std::span<const float> states;
+};
+
 // Writes a checkpoint of `state` (laid out by `layout`) under `root` and
 // points DIR/latest at it. Returns the checkpoint's directory. Throws
 // checkpoint_error; leaves no partial directory. The order on disk: every
@@ -67,10 +79,11 @@ inline std::size_t worker_floats(const state_layout& inner, bool residual = fals
 // `latest` naming a complete checkpoint (tests/checkpoint_durability_test.cpp).
 // Deletes nothing else: pruning is checkpoint_directory's, which knows what
 // its run wrote.
-// With `workers`, also workers.safetensors.
+// With `workers`, also workers.safetensors; with `powersgd`, also
+// powersgd.safetensors.
 std::filesystem::path write_checkpoint(const std::filesystem::path& root, const state_layout& layout,
                                        std::span<const float> state, const trainer_record& record,
-                                       worker_states workers = {});
+                                       worker_states workers = {}, powersgd_states powersgd = {});
 
 // Temporary directories are named "<prefix><checkpoint>-<pid>".
 inline constexpr const char* checkpoint_tmp_prefix = ".tmp-";
@@ -86,6 +99,7 @@ struct loaded_checkpoint {
   std::vector<float> state;  // laid out by the layout it was loaded against
   trainer_record record;
   std::vector<float> workers;  // with an inner layout: worker_states::states
+  std::vector<float> powersgd;  // with a PowerSGD plan: powersgd_states::states
 };
 
 // `path` is a checkpoint directory, or a root: then its newest checkpoint
@@ -101,9 +115,11 @@ trainer_record read_trainer_record(const std::filesystem::path& path);
 // must be there, with their residuals if `residual` and their own
 // parameters and sample counts if `fragments` > 1, their progress if
 // `delayed`.
+// With `powersgd`, also PowerSGD's residuals and basis, which must be there.
 loaded_checkpoint read_checkpoint(const std::filesystem::path& path, const state_layout& layout,
                                   const state_layout* inner = nullptr, bool residual = false,
-                                  std::size_t fragments = 1, bool delayed = false);
+                                  std::size_t fragments = 1, bool delayed = false,
+                                  const powersgd_plan* powersgd = nullptr);
 
 // Loads model weights only (e.g. --init-from): every parameter of `layout` must
 // be present as F32 with the same shape. Returns the parameter section.

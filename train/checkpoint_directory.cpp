@@ -117,8 +117,9 @@ checkpoint_directory::~checkpoint_directory() {
 }
 
 fs::path checkpoint_directory::write(const state_layout& layout, std::span<const float> state,
-                                     const trainer_record& record, std::int64_t keep, worker_states workers) {
-  const fs::path written = write_checkpoint(root_, layout, state, record, workers);
+                                     const trainer_record& record, std::int64_t keep, worker_states workers,
+                                     powersgd_states powersgd) {
+  const fs::path written = write_checkpoint(root_, layout, state, record, workers, powersgd);
   std::erase(written_, written);  // a step written again counts once, as the newest
   written_.push_back(written);
   while (keep > 0 && static_cast<std::int64_t>(written_.size()) > keep) {

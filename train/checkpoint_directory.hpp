@@ -58,7 +58,7 @@ class checkpoint_directory {
   // beyond the newest `keep` (0 = keep all). Never one it did not write, and
   // never the one just written.
   std::filesystem::path write(const state_layout& layout, std::span<const float> state, const trainer_record& record,
-                              std::int64_t keep, worker_states workers = {});
+                              std::int64_t keep, worker_states workers = {}, powersgd_states powersgd = {});
 
   // The temporary folders of dead runs removed when the lock was taken.
   std::size_t stale_removed() const noexcept { return stale_removed_; }

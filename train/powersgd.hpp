@@ -38,8 +38,13 @@
 // the process shares (logical_worker_store, by step): in reproducible mode a
 // slice's residual is wherever the slice is computed, a step that is run
 // again reads the state its first run read, and a newcomer reads the basis
-// the others wrote. Across processes and across a resume (the checkpoint
-// does not hold them yet) it is refused.
+// the others wrote. A checkpoint holds every slice's residual and the basis
+// at its step (powersgd.safetensors), so a resume continues the run's
+// bytes. Across processes, reproducible mode is refused (its slices move
+// between processes, their residuals would have to follow); fast mode runs
+// there, each member with its own residual and basis, which a checkpoint
+// does not hold: a resumed fast run's members start from zero residuals and
+// the first basis.
 
 #include <cstddef>
 #include <cstdint>

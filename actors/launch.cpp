@@ -391,10 +391,9 @@ launch_plan prepare_launch(const job_config& config, const run_options& options,
                       : config.train.reproducible     ? 1
                                                       : std::max(1, hardware_cores() / replicas);
   if (config.sync.rounds()) plan_rounds(config, options, starting, plan);
-  else if (options.torch_model && (config.sync.codec == sync_codec::bf16 || config.sync.codec == sync_codec::powersgd))
-    throw config_error("run_options::torch_model: sync.codec = \"" + sync_codec_name(config.sync.codec) +
-                       "\" runs on native MLP replicas only in this version (a torch model's buffers travel with its "
-                       "gradients)");
+  else if (options.torch_model && config.sync.codec == sync_codec::bf16)
+    throw config_error("run_options::torch_model: sync.codec = \"bf16\" runs on native MLP replicas only in this "
+                       "version (a torch model's buffers travel with its gradients)");
   plan.layout = plan.module ? make_state_layout(plan.module->layout(), config.optimizer, plan.module->buffer_begin())
                             : make_state_layout(config.model, config.sync.rounds() ? plan.outer_optimizer : config.optimizer);
   // Note [A checkpoint knows its data]: a checkpoint records the fingerprint

@@ -38,7 +38,7 @@ void validate_sync(const job_config& c, const std::string& where) {
                          "\"every_step\" takes \"fp32\" or \"bf16\"");
     const bool compressed = s.codec == sync_codec::bf16 || s.codec == sync_codec::powersgd;
     const std::string codec = "sync.codec = \"" + sync_codec_name(s.codec) + "\"";
-    if (compressed && c.module.kind == model_kind::torchscript)
+    if (s.codec == sync_codec::bf16 && c.module.kind == model_kind::torchscript)
       throw config_error(where + codec + " runs on native MLP replicas only in this version: a torch "
                          "model's buffers (BatchNorm's statistics) travel with its gradients");
     if (compressed && !c.cluster.gpus.empty())

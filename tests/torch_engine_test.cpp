@@ -222,11 +222,15 @@ TEST(TorchEngine, AModuleDefinedInCppNeedsItsInputShape) {
 }
 
 std::vector<float> train_batchnorm(int replicas, bool reproducible, const std::filesystem::path& dir,
-                                   std::int64_t steps = 40, run_options options = {}) {
+                                   std::int64_t steps = 40, run_options options = {},
+                                   sync_codec codec = sync_codec::fp32) {
   job_config c = testing::small_job(testing::replica_kind::torch, replicas, 64, 1000);
   c.module.path = torch_models + "batchnorm.pt";
   c.train.micro_batch = reproducible ? 16 : 32;
   c.train.reproducible = reproducible;
+  c.sync.codec = codec;
+  c.sync.powersgd_rank = 2;        // the 32 x 16 weight travels as factors; the 4 x 32 one, the
+  c.sync.powersgd_start_step = 5;  // BatchNorm's parameters and its buffers whole
   // The buffers are in the state: verify_replicas finds them bitwise identical at every step.
   const run_summary s = run_steps(c, dir, steps, std::move(options));
   const auto file = load_safetensors(std::filesystem::path(s.checkpoint) / "model.safetensors");
@@ -247,6 +251,20 @@ TEST(TorchEngine, AModuleWithBuffersTrainsOnReplicasThatStayIdenticalAndReproduc
   const auto one = train_batchnorm(1, true, dir / "one");
   EXPECT_EQ(train_batchnorm(2, true, dir / "two"), one);
   EXPECT_EQ(train_batchnorm(3, true, dir / "three"), one);
+}
+
+// PowerSGD steps of a torch module (Note [PowerSGD steps]): its weight
+// matrices travel as factors, its buffers whole as in fp32 steps (slice 0's
+// count), so the replicas stay identical in fast mode and a reproducible run
+// is the same bytes on 1, 2 and 3 replicas, not fp32's.
+TEST(TorchEngine, PowerSgdStepsOfAModuleWithBuffersKeepReplicasIdenticalAndAreReproducible) {
+  SKIP_WITHOUT_TORCH();
+  testing::scratch_dir dir;
+  train_batchnorm(2, false, dir / "fast", 40, {}, sync_codec::powersgd);
+  const auto one = train_batchnorm(1, true, dir / "one", 40, {}, sync_codec::powersgd);
+  EXPECT_EQ(train_batchnorm(2, true, dir / "two", 40, {}, sync_codec::powersgd), one);
+  EXPECT_EQ(train_batchnorm(3, true, dir / "three", 40, {}, sync_codec::powersgd), one);
+  EXPECT_NE(train_batchnorm(1, true, dir / "fp32"), one);
 }
 
 // The buffers are saved with the parameters and come back on resume: a run

@@ -314,6 +314,15 @@ std::span<const float> step_runner::synchronize(const computed& c, std::size_t r
   applied_ = true;
   if (c.sliced && !keeps_leaves() && comm.size() > 1 && (comm.gathers_gradients() || gather_gradients_))
     return synchronize_in_one_call(c, model, comm, options, observer, progress);
+  if (compresses(c.step)) {
+    // See Note [PowerSGD steps]: the header travels with the first message
+    // (one call fewer a step), and a step not finite sends nothing more.
+    const collective_options header_options = fill_header(c, returned, comm, options, observer, progress);
+    const bool proceeded = c.sliced ? exchange_powersgd(c, model, grads, comm, header_options, options)
+                                    : exchange_powersgd_members(model, grads, comm, header_options, options);
+    if (!proceeded) return c.sliced ? skip(model, c) : skip(model);
+    return update(model, comm, options, lr_, {&whole_, 1}, c.step, progress, /*reduced_whole=*/true);
+  }
   if (c.sliced) {
     // See Note [Summation tree]: the nodes this member holds go into the
     // tree's reduce-scatter; its chunk of the root lands in `grads`.
@@ -325,10 +334,9 @@ std::span<const float> step_runner::synchronize(const computed& c, std::size_t r
     fragment_ = {fb, fe, 0};
     // See Note [Delayed rounds]: the run's last round applies the held one too.
     if (c.work != nullptr && c.work->flushes(c.step)) model.flush_next_update();
-    if (int8_ || bf16_ || compresses(c.step)) {
+    if (int8_ || bf16_) {
       if (int8_) exchange_int8(c, fb, fe, grads, comm, options);
-      else if (bf16_) exchange_bf16(c, fb, fe, grads, comm, options);
-      else exchange_powersgd(c, model, grads, comm, options);
+      else exchange_bf16(c, fb, fe, grads, comm, options);
       return update(model, comm, options, lr_, {&fragment_, 1}, c.step, progress, /*reduced_whole=*/true);
     }
     parts_.clear();
@@ -341,11 +349,10 @@ std::span<const float> step_runner::synchronize(const computed& c, std::size_t r
   // in order, and the header follows them on every member. Otherwise the
   // gradients are one part, reduced after the header.
   std::span<const gradient_bucket> parts;
-  if (bf16_ || compresses(c.step)) {  // See Note [Bf16 steps]: compute() started no bucket
+  if (bf16_) {  // See Note [Bf16 steps]: compute() started no bucket
     reduce_header(c, returned, comm, options, observer, progress);
     if (!header_is_finite()) return skip(model);
-    if (bf16_) exchange_bf16_members(grads, comm, options);
-    else exchange_powersgd_members(model, grads, comm, options);
+    exchange_bf16_members(grads, comm, options);
     return update(model, comm, options, lr_, {&whole_, 1}, c.step, progress, /*reduced_whole=*/true);
   }
   if (comm.overlaps_compute()) {
@@ -486,8 +493,8 @@ void step_runner::gather_sum(std::span<float> sum, collective& comm, const colle
 // residual is written before the second exchange (it needs P and the
 // slice's own Q only), so that a member that finishes the step has every
 // slice's residual to read in the next one.
-void step_runner::exchange_powersgd(const computed& c, const replica& model, std::span<float> grads, collective& comm,
-                                    const collective_options& options) {
+bool step_runner::exchange_powersgd(const computed& c, const replica& model, std::span<float> grads, collective& comm,
+                                    const collective_options& header_options, const collective_options& options) {
   const powersgd_plan& plan = powersgd_plan_of(model);
   const std::vector<float> basis = powersgd_->bases->read(0, c.step);
   const std::size_t held = leaves_.size();
@@ -501,8 +508,11 @@ void step_runner::exchange_powersgd(const computed& c, const replica& model, std
     parts_.push_back({tree_->leaf(slice), p_parts_[l]});
   }
   p_sum_.assign(plan.p_floats(), 0.0f);
-  comm.reduce_scatter_tree(tree_->slices(), parts_, p_sum_, options);
-  gather_sum(p_sum_, comm, options);
+  const bool proceeded = comm.all_reduce_tree(tree_->slices(), parts_, p_sum_, header_,
+                                              [this](std::span<const float>) { return header_is_finite(); },
+                                              header_options, options);
+  absorb_header(comm);
+  if (!proceeded) return false;
   plan.orthogonalize(p_sum_);
   parts_.clear();
   for (std::size_t l = 0; l < held; ++l) {
@@ -518,6 +528,7 @@ void step_runner::exchange_powersgd(const computed& c, const replica& model, std
   gather_sum(q_sum_, comm, options);
   plan.decompress(p_sum_, q_sum_, grads);
   powersgd_->bases->write(0, c.step, q_sum_);  // the warm start: every member writes the same bytes
+  return true;
 }
 
 // See Note [PowerSGD steps]: fast mode, this member one unit; its residual
@@ -525,7 +536,8 @@ void step_runner::exchange_powersgd(const computed& c, const replica& model, std
 // apply the same bytes even where their bases differ, as a newcomer's does).
 // The residual changes only once both exchanges are done: a step that fails
 // keeps the one it started from.
-void step_runner::exchange_powersgd_members(const replica& model, std::span<float> grads, collective& comm,
+bool step_runner::exchange_powersgd_members(const replica& model, std::span<float> grads, collective& comm,
+                                            const collective_options& header_options,
                                             const collective_options& options) {
   const powersgd_plan& plan = powersgd_plan_of(model);
   if (member_basis_.empty()) member_basis_ = plan.initial_basis(powersgd_->seed);
@@ -534,7 +546,10 @@ void step_runner::exchange_powersgd_members(const replica& model, std::span<floa
   for (std::size_t i = 0; i < m.size(); ++i) m[i] += member_residual_[i];
   p_sum_.assign(plan.p_floats(), 0.0f);
   plan.project(m, member_basis_, p_sum_);
-  if (comm.size() > 1) comm.all_reduce_sum(p_sum_, options);
+  const bool proceeded = comm.all_reduce_with_header(
+      p_sum_, header_, [this](std::span<const float>) { return header_is_finite(); }, header_options, options);
+  absorb_header(comm);
+  if (!proceeded) return false;
   plan.orthogonalize(p_sum_);
   q_parts_.resize(1);
   q_parts_[0].assign(plan.q_floats(), 0.0f);
@@ -545,6 +560,7 @@ void step_runner::exchange_powersgd_members(const replica& model, std::span<floa
   plan.keep_residual(member_residual_, p_sum_, q_parts_[0]);
   plan.decompress(p_sum_, q_sum_, m);
   member_basis_ = q_sum_;
+  return true;
 }
 
 void step_runner::gather_bf16_sum(std::span<float> sum, collective& comm, const collective_options& options) {

@@ -214,11 +214,13 @@ class step_runner {
   const powersgd_plan& powersgd_plan_of(const replica& model);
   // See Note [PowerSGD steps]: the sliced step's exchange (its slices'
   // residuals added by compute_slices), and fast mode's, this member one
-  // unit. The applied gradient sum lands whole in `grads`.
-  void exchange_powersgd(const computed& c, const replica& model, std::span<float> grads, collective& comm,
-                         const collective_options& options);
-  void exchange_powersgd_members(const replica& model, std::span<float> grads, collective& comm,
-                                 const collective_options& options);
+  // unit. The step header (filled) travels with the first message; false if
+  // the summed header says the step is not finite, and then nothing else
+  // is sent or kept. Otherwise the applied gradient sum lands whole in `grads`.
+  bool exchange_powersgd(const computed& c, const replica& model, std::span<float> grads, collective& comm,
+                         const collective_options& header_options, const collective_options& options);
+  bool exchange_powersgd_members(const replica& model, std::span<float> grads, collective& comm,
+                                 const collective_options& header_options, const collective_options& options);
   // Every member's chunk of a reduce-scattered `sum` gathered: every member
   // holds the whole.
   static void gather_sum(std::span<float> sum, collective& comm, const collective_options& options);

@@ -664,6 +664,42 @@ namespace {
 INSTANTIATE_TEST_SUITE_P(Codecs, RoundsOverlap, ::testing::Values(sync_codec::fp32, sync_codec::int8, sync_codec::bf16),
                          [](const auto& info) { return std::string(sync_codec_name(info.param)); });
 
+// A run that stops (here below cluster.min_devices) writes the state of
+// its last committed round with every logical worker's state after that
+// round, taken from a survivor's store: its resume ends with the bytes of
+// the run never stopped.
+TEST(RoundsResume, ARunStoppedBelowTheMinimumCheckpointsItsWorkersAndResumesToTheBytesOfTheRunNeverStopped) {
+  testing::scratch_dir dir;
+  job_config whole = round_job(2, sync_mode::diloco, dir / "whole");
+  whole.train.max_steps = 0;  // 2 epochs of 4 rounds
+  {
+    Engine e(whole);
+    e.start();
+    ASSERT_EQ(e.wait().steps, 8);
+  }
+  job_config stopped = round_job(2, sync_mode::diloco, dir / "stopped");
+  stopped.train.max_steps = 0;
+  stopped.cluster.min_devices = 2;
+  stopped.faults.inject = {"fail:1@5"};
+  const std::string why = testing::error_of<training_error>([&] {
+    Engine e(stopped);
+    e.start();
+    e.wait();
+  });
+  EXPECT_NE(why.find("fewer than cluster.min_devices = 2"), std::string::npos) << why;
+  EXPECT_NE(why.find("checkpoint written to"), std::string::npos) << why;
+  ASSERT_TRUE(std::filesystem::exists(dir / "stopped" / "step-00000004" / "workers.safetensors"));
+  job_config again = whole;
+  again.cluster.cpus = 1;
+  again.train.checkpoint_dir = (dir / "resumed").string();
+  {
+    Engine resumed(again, testing::resume_from(dir / "stopped"));
+    resumed.start();
+    ASSERT_EQ(resumed.wait().steps, 8);
+  }
+  EXPECT_EQ(file_bytes(dir / "resumed" / "step-00000008"), file_bytes(dir / "whole" / "step-00000008"));
+}
+
 // A checkpoint holds the global weights, the outer momentum and every logical
 // worker's inner state: a resume mid-epoch, on another number of devices,
 // ends with the bytes of the run that wrote it.

@@ -91,6 +91,28 @@ void save_workers(const fs::path& file, const worker_states& w) {
   save_safetensors(file, tensors, meta);
 }
 
+// A checkpoint's optional tensor file, loaded and its checksum verified;
+// `missing`: why it may be absent, for the message.
+safetensors_file open_tensor_file(const fs::path& file, const std::string& missing, bool checksummed) {
+  std::error_code ec;
+  if (!fs::exists(file, ec)) throw checkpoint_error(file.string() + ": missing: " + missing);
+  auto loaded = load_safetensors(file);
+  verify_tensor_file(loaded, file.string(), checksummed);
+  return loaded;
+}
+
+// Tensor `name` of `loaded`, shaped `want`, F32 and finite, into `to`.
+void take_tensor(const safetensors_file& loaded, const std::string& origin, const std::string& name,
+                 const std::vector<std::int64_t>& want, float* to) {
+  const loaded_tensor* t = loaded.find(name);
+  if (t == nullptr) throw checkpoint_error(origin + ": tensor \"" + name + "\" is missing");
+  if (t->shape != want || t->dtype != "F32")
+    throw checkpoint_error(origin + ": tensor \"" + name + "\" does not have the model's shape in F32");
+  if (const auto bad = first_nonfinite(t->values))
+    throw checkpoint_error(origin + ": tensor " + name + " holds a non-finite value at index " + std::to_string(*bad));
+  std::copy(t->values.begin(), t->values.end(), to);
+}
+
 // powersgd.safetensors (See Note [PowerSGD steps]): slice k's residual on
 // each compressed matrix as "slice.<k>.residual.<param>" (it is zero
 // elsewhere), the basis as "basis.<param>" (cols x rank); the slices and
@@ -130,12 +152,8 @@ void save_powersgd(const fs::path& file, const state_layout& layout, const power
 std::vector<float> load_powersgd(const fs::path& file, const state_layout& layout, const powersgd_plan& plan,
                                  bool checksummed) {
   const std::string origin = file.string();
-  std::error_code ec;
-  if (!fs::exists(file, ec))
-    throw checkpoint_error(origin + ": missing: the checkpoint holds no PowerSGD residuals and basis (is it of a run "
-                           "with another sync.codec, or in fast mode?)");
-  const auto loaded = load_safetensors(file);
-  verify_tensor_file(loaded, origin, checksummed);
+  const auto loaded = open_tensor_file(file, "the checkpoint holds no PowerSGD residuals and basis (is it of a run "
+                                       "with another sync.codec, or in fast mode?)", checksummed);
   const std::string* slices_text = loaded.find_metadata("slices");
   const std::string* rank_text = loaded.find_metadata("rank");
   std::size_t slices = 0, rank = 0;
@@ -153,13 +171,7 @@ std::vector<float> load_powersgd(const fs::path& file, const state_layout& layou
   const std::size_t n = layout.parameter_size;
   std::vector<float> out(slices * n + plan.q_floats(), 0.0f);
   const auto take = [&](const std::string& name, const std::vector<std::int64_t>& want, float* to) {
-    const loaded_tensor* t = loaded.find(name);
-    if (t == nullptr) throw checkpoint_error(origin + ": tensor \"" + name + "\" is missing");
-    if (t->shape != want || t->dtype != "F32")
-      throw checkpoint_error(origin + ": tensor \"" + name + "\" has another shape or type than this run's");
-    if (const auto bad = first_nonfinite(t->values))
-      throw checkpoint_error(origin + ": tensor \"" + name + "\" holds a non-finite value at " + std::to_string(*bad));
-    std::copy(t->values.begin(), t->values.end(), to);
+    take_tensor(loaded, origin, name, want, to);
   };
   for (std::size_t k = 0; k < slices; ++k)
     for (const auto& m : plan.matrices()) {
@@ -176,12 +188,8 @@ std::vector<float> load_powersgd(const fs::path& file, const state_layout& layou
 std::vector<float> load_workers(const fs::path& file, const state_layout& inner, bool residual, std::size_t fragments,
                                 bool delayed, bool checksummed) {
   const std::string origin = file.string();
-  std::error_code ec;
-  if (!fs::exists(file, ec))
-    throw checkpoint_error(origin + ": missing: the checkpoint holds no logical workers' states (is it of a run "
-                           "with sync.mode = \"every_step\"?)");
-  const auto loaded = load_safetensors(file);
-  verify_tensor_file(loaded, origin, checksummed);
+  const auto loaded = open_tensor_file(file, "the checkpoint holds no logical workers' states (is it of a run with "
+                                       "sync.mode = \"every_step\"?)", checksummed);
   const std::string* count_text = loaded.find_metadata("workers");
   const std::string* steps_text = loaded.find_metadata("steps");
   if (count_text == nullptr || steps_text == nullptr)
@@ -205,15 +213,8 @@ std::vector<float> load_workers(const fs::path& file, const state_layout& inner,
   const std::size_t per = shape.size();
   std::vector<float> out(count * per, 0.0f);
   std::vector<float> one(inner.total_size());
-  // A worker's tensor `name` shaped as `spec`, F32 and finite, into `to`.
   const auto take = [&](const std::string& name, const std::vector<std::int64_t>& want, float* to) {
-    const loaded_tensor* t = loaded.find(name);
-    if (t == nullptr) throw checkpoint_error(origin + ": tensor \"" + name + "\" is missing");
-    if (t->shape != want || t->dtype != "F32")
-      throw checkpoint_error(origin + ": tensor \"" + name + "\" does not have the model's shape in F32");
-    if (const auto bad = first_nonfinite(t->values))
-      throw checkpoint_error(origin + ": tensor " + name + " holds a non-finite value at index " + std::to_string(*bad));
-    std::copy(t->values.begin(), t->values.end(), to);
+    take_tensor(loaded, origin, name, want, to);
   };
   for (std::size_t k = 0; k < count; ++k) {
     if (steps[k] < 0 || steps[k] > (std::int64_t{1} << 40))

@@ -15,6 +15,7 @@
 #include "actors/coordinator_role.hpp"
 #include "actors/launch.hpp"
 #include "actors/protocol.hpp"
+#include "actors/async_run.hpp"
 #include "actors/reducer.hpp"
 #include "data/record_puller.hpp"
 #include "config/job_config.hpp"
@@ -66,6 +67,7 @@ struct Engine::impl {
   std::unique_ptr<caf::actor_system> system;
   std::vector<caf::actor_addr> actors;  // everything spawned, for teardown
   reducer_actor reducer;
+  caf::actor async_reducer;  // sync.mode = "async" (See Note [Async rounds]) instead of the reducer
   // When coordinating (run_options::coordinator).
   std::unique_ptr<coordinator_role> role;
   std::shared_ptr<run_control> control;
@@ -93,6 +95,9 @@ struct Engine::impl {
   template <class Message>
   void tell_reducer(const char* method, Message&& message) {
     std::shared_lock lock(system_mutex);
+    if (system && async_reducer)
+      throw error(error_kind::config, std::string(method) + ": a run in sync.mode = \"async\" does not take it in "
+                                      "this version (docs/async.md, \"Asynchronous rounds\")");
     if (!system || !reducer) throw error(error_kind::no_run, std::string(method) + ": no run in progress");
     caf::anon_send(reducer, std::forward<Message>(message));
   }
@@ -152,12 +157,31 @@ struct Engine::impl {
   // the devices still inside a step (by their last phase) and leaves the
   // actor system running for them instead of destroying it: its memory is
   // leaked, and left_threads_behind() tells the program to _Exit.
+  // sync.mode = "async": its own reducer and devices (See Note [Async rounds]).
+  void start_async(std::shared_ptr<const launch_plan> plan) {
+    auto cfg = make_system_config();
+    auto sys = std::make_unique<caf::actor_system>(*cfg);
+    const async_run run = spawn_async_run(*sys, config, plan, control, started);
+    caf::logger::set_current_actor_system(nullptr);  // as start() does: see there
+    std::unique_lock lock(system_mutex);
+    system_config = std::move(cfg);
+    system = std::move(sys);
+    actors.clear();
+    for (const auto& d : run.devices) actors.push_back(d.address());
+    actors.push_back(run.reducer.address());
+    async_reducer = run.reducer;
+    running = true;
+    if (stop_requested) caf::anon_send(run.reducer, stop_atom::value);
+    caf::anon_send(run.reducer, start_atom::value);
+  }
+
   void teardown() {
     std::unique_lock lock(system_mutex);
     if (!system) return;
     for (const auto& a : actors) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
     actors.clear();
     reducer = reducer_actor{};
+    async_reducer = caf::actor{};
     const auto deadline = std::chrono::steady_clock::now() + shutdown_bound;
     while (system->registry().running() > 0 && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -236,6 +260,7 @@ void Engine::stop() {
   if (const auto queue = impl_->current_stream()) queue->shut();
   std::shared_lock lock(impl_->system_mutex);
   if (impl_->system && impl_->reducer) caf::anon_send(impl_->reducer, stop_atom::value);
+  if (impl_->system && impl_->async_reducer) caf::anon_send(impl_->async_reducer, stop_atom::value);
 }
 
 void Engine::start() {
@@ -251,7 +276,18 @@ void Engine::start() {
   if (config.train.mode == train_mode::stream && m.options.coordinator)
     throw config_error(config.source + ": train.mode = \"stream\" trains in one process in this version: records are "
                        "fed to its engine, and a coordinator's workers read their data from files");
+  if (config.sync.mode == sync_mode::async && m.options.coordinator)
+    throw config_error(config.source + ": sync.mode = \"async\" trains in one process in this version (its rounds "
+                       "across processes are not built yet; docs/async.md)");
+  if (config.sync.mode == sync_mode::async && !m.options.resume_from.empty())
+    throw config_error(config.source + ": sync.mode = \"async\" writes no checkpoints in this version, so it resumes "
+                       "none: run without --resume");
   const auto plan = std::make_shared<const launch_plan>(prepare_launch(config, m.options, replica_count()));
+  if (config.sync.mode == sync_mode::async)
+    for (const fault_spec& f : plan->faults)
+      if (f.kind != fault_kind::slow)
+        throw config_error(config.source + ": faults.inject = \"" + f.text + "\": sync.mode = \"async\" takes only "
+                           "slow:R:F faults in this version (failures and joins are not built yet; docs/async.md)");
   const auto latest = published_parameters(config, plan->layout);
   {
     std::lock_guard lock(m.stream_mutex);
@@ -276,6 +312,10 @@ void Engine::start() {
   m.control = std::make_shared<run_control>(std::move(callbacks));
   m.outcome = m.control->outcome();
 
+  if (config.sync.mode == sync_mode::async) {
+    m.start_async(plan);
+    return;
+  }
   auto cfg = m.options.coordinator ? coordinator_role::system_config(config, *m.options.coordinator)
                                    : make_system_config();
   auto system = std::make_unique<caf::actor_system>(*cfg);

@@ -242,8 +242,8 @@ void plan_rounds(const job_config& config, const run_options& options, int devic
   o = optimizer_config{};
   o.kind = optimizer_kind::sgd;
   o.weight_decay = 0.0;
-  const bool nesterov = s.mode == sync_mode::diloco && s.outer_optimizer == outer_optimizer_kind::nesterov;
-  o.lr = s.mode == sync_mode::diloco ? s.outer_rate() : 1.0;
+  const bool nesterov = s.outer_step() && s.outer_optimizer == outer_optimizer_kind::nesterov;
+  o.lr = s.outer_step() ? s.outer_rate() : 1.0;
   o.momentum = nesterov ? s.outer_momentum : 0.0;
   o.nesterov = nesterov;
   o.delayed = s.delay > 0;  // See Note [Delayed rounds]

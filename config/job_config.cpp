@@ -11,6 +11,7 @@ std::string sync_mode_name(sync_mode m) {
     case sync_mode::every_step: return "every_step";
     case sync_mode::local_sgd: return "local_sgd";
     case sync_mode::diloco: return "diloco";
+    case sync_mode::async: return "async";
   }
   return "?";
 }
@@ -26,6 +27,26 @@ std::string sync_codec_name(sync_codec c) {
 }
 
 namespace {
+
+// sync.mode = "async" against the rest of the job: what this version runs
+// (docs/async.md, "Asynchronous rounds").
+void validate_async(const job_config& c, const std::string& where) {
+  const sync_config& s = c.sync;
+  const std::string mode = "sync.mode = \"async\"";
+  if (s.fragments > 1 || s.delay > 0)
+    throw config_error(where + mode + " takes neither sync.fragments nor sync.delay: its rounds commit one by one, "
+                       "each from the contributions that have arrived");
+  if (s.codec != sync_codec::fp32)
+    throw config_error(where + mode + " sends fp32 pseudo-gradients in this version, not sync.codec = \"" +
+                       sync_codec_name(s.codec) + "\"");
+  if (!c.train.checkpoint_dir.empty())
+    throw config_error(where + mode + " writes no checkpoints in this version (the claims in flight and the "
+                       "global rounds their contributions started from are not saved yet): set "
+                       "train.checkpoint_dir = \"\"");
+  if (c.train.record_trained)
+    throw config_error(where + mode + " does not report trained events in this version: set "
+                       "train.record_trained = false");
+}
 
 // The [sync] section against the rest of the job (docs/async.md).
 void validate_sync(const job_config& c, const std::string& where) {
@@ -74,6 +95,10 @@ void validate_sync(const job_config& c, const std::string& where) {
   if (c.train.mode == train_mode::stream)
     throw config_error(where + mode + " needs train.mode = \"epochs\": a round's data is fixed by the epoch's "
                        "order, which a stream does not have");
+  if (s.mode == sync_mode::async) {
+    validate_async(c, where);
+    return;
+  }
   if (!c.train.reproducible)
     throw config_error(where + mode + " needs train.reproducible = true in this version (the fast mode's rounds, "
                        "which commit the survivors of a failure, are not built yet)");

@@ -297,7 +297,8 @@ const std::vector<key_spec>& keys() {
     b.choice<straggler_policy>("policy", [](job_config& c) -> straggler_policy& { return c.straggler.policy; },
                                {{"none", straggler_policy::none}, {"balance", straggler_policy::balance},
                                 {"cut", straggler_policy::cut}, {"balance+cut", straggler_policy::balance_cut}},
-                               "balance: shard sizes follow each member's measured throughput. cut: with "
+                               "balance: shard sizes follow each member's measured throughput (in sync.mode = \"async\", each "
+                               "logical worker's inner steps per round). cut: with "
                                "train.reproducible, members that are done steal the slices a late one has not started, "
                                "within the step; without, a member late past its deadline contributes what it has "
                                "computed and returns the rest of its shard, which later steps train.");
@@ -311,12 +312,15 @@ const std::vector<key_spec>& keys() {
     b.section = "sync";
     b.choice<sync_mode>("mode", [](job_config& c) -> sync_mode& { return c.sync.mode; },
                         {{"every_step", sync_mode::every_step}, {"local_sgd", sync_mode::local_sgd},
-                         {"diloco", sync_mode::diloco}},
+                         {"diloco", sync_mode::diloco}, {"async", sync_mode::async}},
                         "every_step: the gradients are all-reduced every step (data-parallel SGD). local_sgd: each "
                         "logical worker takes sync.every inner steps on its own share of the data, then the "
                         "workers' weights are averaged. diloco: the same rounds, but the workers' weight changes "
-                        "(pseudo-gradients) are averaged and applied by the outer optimizer (docs/async.md). In "
-                        "the round modes train.max_steps, train.checkpoint_every and train.log_every count rounds.");
+                        "(pseudo-gradients) are averaged and applied by the outer optimizer (docs/async.md). async: "
+                        "diloco's rounds without waiting for the slowest: a round commits when sync.quorum workers "
+                        "have contributed or at an adaptive deadline, stale contributions merge with less weight "
+                        "(not reproducible). In the round modes train.max_steps, train.checkpoint_every and "
+                        "train.log_every count rounds.");
     b.integer("every", [](job_config& c) -> std::int64_t& { return c.sync.every; }, 1,
               "H: inner steps each logical worker takes per round, each on train.batch_size / sync.workers "
               "samples, so that a round trains the samples of H global batches.");
@@ -365,6 +369,17 @@ const std::vector<key_spec>& keys() {
               "of each round's data). 0: one per device at the start. Devices run them, several one after the "
               "other where there are fewer devices, so the result does not depend on the number of devices.",
               4096);
+    b.integer("quorum", [](job_config& c) -> std::int64_t& { return c.sync.quorum; }, 0,
+              "async: a round commits as soon as this many logical workers have sent contributions within "
+              "sync.max_staleness (all the alive ones when fewer are alive), or at its deadline. 0: three "
+              "quarters of the workers, rounded up.", 4096);
+    b.integer("max_staleness", [](job_config& c) -> std::int64_t& { return c.sync.max_staleness; }, 0,
+              "async: a contribution computed from the global weights of at most this many rounds ago is merged, "
+              "weighted by its samples / (1 + its age); an older one is dropped and its samples are trained later "
+              "in the epoch.", 1000);
+    b.floating("grace_ms", [](job_config& c) -> double& { return c.sync.grace_ms; }, 0.0, false,
+               "async: the floor of a round's deadline, which is otherwise the median of the recent contributions' "
+               "arrival times (from the round's opening) plus 3 times their median absolute deviation.", 3600000.0);
     b.boolean("scale_inner_lr", [](job_config& c) -> bool& { return c.sync.scale_inner_lr; },
               "The inner steps' learning rate (and optimizer.min_lr) is optimizer.lr x (train.batch_size / "
               "sync.workers) / train.batch_size, the linear scaling rule for an inner batch K times smaller than "

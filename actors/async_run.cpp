@@ -1,0 +1,491 @@
+#include "actors/async_run.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <limits>
+#include <numeric>
+#include <optional>
+#include <thread>
+
+#include <dpactor/error.hpp>
+
+#include "actors/actor_interfaces.hpp"
+#include "actors/backend.hpp"
+#include "actors/log.hpp"
+#include "train/async_claims.hpp"
+#include "train/async_commit.hpp"
+#include "train/async_merge.hpp"
+
+namespace dpactor {
+
+// A logical worker's round, reducer -> device (See Note [Async rounds]).
+struct async_round_msg {
+  std::size_t worker = 0;
+  std::int64_t worker_round = 0;  // the worker's own round counter: its state's key in the store
+  std::int64_t base_round = 0;    // the committed rounds the parameters have
+  std::shared_ptr<const std::vector<float>> global;
+  async_claim claim;
+  double first_position = 0.0;    // on the inner schedule
+};
+
+// Its contribution, device -> reducer.
+struct async_contribution_msg {
+  std::size_t device = 0;
+  std::size_t worker = 0;
+  std::int64_t base_round = 0;
+  async_claim claim;
+  std::shared_ptr<const std::vector<float>> values;  // n_k (global_b - inner_k); null on error
+  batch_stats stats;
+  double seconds = 0.0;
+  std::string error;
+};
+
+// The open round's deadline, reducer -> itself.
+struct async_deadline_msg {
+  std::int64_t round = 0;
+};
+
+}  // namespace dpactor
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dpactor::async_round_msg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dpactor::async_contribution_msg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dpactor::async_deadline_msg)
+
+namespace dpactor {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double seconds_between(clock_type::time_point a, clock_type::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+double mean_loss(const batch_stats& s) { return s.samples > 0 ? s.loss_sum / static_cast<double>(s.samples) : 0.0; }
+double accuracy(const batch_stats& s) {
+  return s.samples > 0 ? static_cast<double>(s.correct) / static_cast<double>(s.samples) : 0.0;
+}
+
+// ---- a device ----------------------------------------------------------------
+
+struct async_device_state {
+  std::shared_ptr<device_setup> setup;
+  caf::actor reducer;
+  device_progress progress;
+  static inline const char* name = "dpactor.async_device";
+};
+
+// slow:R:F (and jitter) from fault_plan: the round takes F times as long,
+// as a slowed device's steps do.
+double slow_factor(const device_setup& setup, std::int64_t round) {
+  double factor = 1.0;
+  for (const fault_spec& f : setup.faults)
+    if (f.kind == fault_kind::slow && round + 1 >= f.step) factor *= f.factor;
+  return factor;
+}
+
+caf::behavior async_device(caf::stateful_actor<async_device_state>* self, std::shared_ptr<device_setup> setup,
+                           caf::actor reducer) {
+  self->state.setup = std::move(setup);
+  self->state.reducer = std::move(reducer);
+  return {
+      [self](async_round_msg& m) {
+        auto& st = self->state;
+        async_contribution_msg out;
+        out.device = static_cast<std::size_t>(st.setup->id);
+        out.worker = m.worker;
+        out.base_round = m.base_round;
+        const auto start = clock_type::now();
+        try {
+          auto values = std::make_shared<std::vector<float>>(m.global->size());
+          out.stats = st.setup->workers->run(m.worker, m.worker_round, m.first_position, m.claim.rows,
+                                             *st.setup->train, *m.global, *values, st.progress);
+          out.values = std::move(values);
+          const double factor = slow_factor(*st.setup, m.base_round);
+          if (factor > 1.0)
+            std::this_thread::sleep_for(std::chrono::duration<double>((factor - 1.0) * seconds_between(start, clock_type::now())));
+        } catch (const std::exception& e) {
+          out.error = st.setup->name + ": " + e.what();
+        }
+        out.seconds = seconds_between(start, clock_type::now());
+        out.claim = std::move(m.claim);
+        self->send(st.reducer, std::move(out));
+      },
+  };
+}
+
+// ---- the reducer -----------------------------------------------------------
+
+struct async_worker {
+  std::int64_t rounds = 0;     // rounds run: the next one's key in the store
+  int device = -1;             // running on it, or -1
+  bool waiting = false;        // its contribution waits in the open round
+  int last_device = -1;
+  double throughput = 0.0;     // smoothed samples/s
+  std::int64_t inner_steps = 0;  // of its last claim
+};
+
+struct pending_contribution {
+  std::size_t worker = 0;
+  std::int64_t base_round = 0;
+  async_claim claim;
+  std::shared_ptr<const std::vector<float>> values;
+  batch_stats stats;
+};
+
+struct async_reducer_state {
+  job_config config;
+  std::shared_ptr<const launch_plan> plan;
+  std::shared_ptr<run_control> control;
+  clock_type::time_point started;
+  std::unique_ptr<replica> global;      // the global model and the outer optimizer's state
+  std::shared_ptr<const std::vector<float>> published;  // its parameters after `round` commits
+  std::optional<async_commit> rule;
+  std::optional<async_claims> claims;
+  std::vector<async_worker> workers;
+  std::vector<caf::actor> devices;
+  std::vector<int> device_worker;       // the worker each device runs, or -1
+  std::vector<pending_contribution> arrived;  // in arrival order
+  std::int64_t round = 0;               // committed rounds; the open one is this
+  clock_type::time_point opened;
+  bool running = false;
+  bool balance = true;  // straggler.policy balances: H_k follows throughput
+  // Reporting.
+  batch_stats since_event, epoch_train;
+  std::int64_t samples = 0, samples_at_event = 0;
+  clock_type::time_point event_time, epoch_time, train_start;
+  std::int64_t epochs_done = 0, epoch_rounds = 0, requeued = 0, bytes_sent = 0;
+  double last_test_loss = std::numeric_limits<double>::quiet_NaN();
+  double last_test_accuracy = std::numeric_limits<double>::quiet_NaN();
+  std::int64_t last_evaluated_round = -1;
+  std::vector<std::uint32_t> test_rows;
+  static inline const char* name = "dpactor.async_reducer";
+};
+
+using reducer_ptr = caf::stateful_actor<async_reducer_state>*;
+
+std::size_t parameters(const async_reducer_state& st) { return st.global->layout().parameter_size; }
+
+void publish(async_reducer_state& st) {
+  auto p = std::make_shared<std::vector<float>>(parameters(st));
+  st.global->copy_parameters(*p);
+  st.published = std::move(p);
+}
+
+// The test set on the global model.
+batch_stats evaluate(async_reducer_state& st) {
+  const dataset& test = *st.plan->data.test;
+  if (st.test_rows.size() != test.rows) {
+    st.test_rows.resize(test.rows);
+    std::iota(st.test_rows.begin(), st.test_rows.end(), 0u);
+  }
+  batch_stats s;
+  const std::size_t step = st.global->max_rows();
+  for (std::size_t at = 0; at < test.rows; at += step) {
+    const std::span<const std::uint32_t> rows(st.test_rows.data() + at, std::min(step, test.rows - at));
+    s += st.global->evaluate(test.batch(rows));
+  }
+  st.last_evaluated_round = st.round;
+  st.last_test_loss = mean_loss(s);
+  st.last_test_accuracy = accuracy(s);
+  return s;
+}
+
+double fastest(const async_reducer_state& st) {
+  double best = 0.0;
+  for (const async_worker& w : st.workers) best = std::max(best, w.throughput);
+  return best;
+}
+
+// Gives device d a round of a worker that is free: its own worker first.
+void dispatch(reducer_ptr self, std::size_t d) {
+  auto& st = self->state;
+  if (!st.running || st.device_worker[d] >= 0) return;
+  std::optional<std::size_t> pick;
+  auto free = [&](std::size_t k) { return st.workers[k].device < 0 && !st.workers[k].waiting; };
+  // One worker a device (or fewer): each stays on its device, so that its
+  // measured throughput is its device's. More workers than devices: the
+  // free worker that has run the fewest rounds.
+  for (std::size_t k = 0; k < st.workers.size() && !pick; ++k)
+    if (free(k) && st.workers[k].last_device == static_cast<int>(d)) pick = k;
+  for (std::size_t k = 0; k < st.workers.size() && !pick; ++k)
+    if (free(k) && st.workers[k].last_device < 0) pick = k;
+  if (!pick && st.workers.size() > st.devices.size())
+    for (std::size_t k = 0; k < st.workers.size(); ++k)
+      if (free(k) && (!pick || st.workers[k].rounds < st.workers[*pick].rounds)) pick = k;
+  if (!pick) return;
+  async_worker& w = st.workers[*pick];
+  const round_shape& shape = st.plan->shape;
+  w.inner_steps = st.balance ? async_inner_steps(shape.every, w.throughput, fastest(st)) : shape.every;
+  std::optional<async_claim> claim = st.claims->claim(static_cast<std::size_t>(w.inner_steps * shape.worker_batch()));
+  if (!claim) return;  // every sample is handed out
+  async_round_msg m;
+  m.worker = *pick;
+  m.worker_round = w.rounds++;
+  m.base_round = st.round;
+  m.global = st.published;
+  // See Note [Round data]: where the claim's first inner step falls on the
+  // inner schedule, as in diloco: epoch x inner steps of an epoch + its
+  // place in the epoch's order over the global batch.
+  m.first_position = static_cast<double>(claim->epoch * shape.inner_steps_per_epoch()) +
+                     static_cast<double>(claim->first) / static_cast<double>(shape.batch);
+  m.claim = std::move(*claim);
+  w.device = static_cast<int>(d);
+  w.last_device = static_cast<int>(d);
+  st.device_worker[d] = static_cast<int>(*pick);
+  st.bytes_sent += static_cast<std::int64_t>(parameters(st) * sizeof(float));
+  self->send(st.devices[d], std::move(m));
+}
+
+void dispatch_all(reducer_ptr self) {
+  for (std::size_t d = 0; d < self->state.devices.size(); ++d) dispatch(self, d);
+}
+
+void finish(reducer_ptr self, bool stopped) {
+  auto& st = self->state;
+  if (!st.running) return;
+  st.running = false;
+  if (st.last_evaluated_round != st.round) evaluate(st);
+  run_summary s;
+  s.test_accuracy = st.last_test_accuracy;
+  s.test_loss = st.last_test_loss;
+  const auto now = clock_type::now();
+  s.wall_s = seconds_between(st.started, now);
+  s.train_s = seconds_between(st.train_start, now);
+  s.samples_per_s = s.train_s > 0.0 ? static_cast<double>(st.samples) / s.train_s : 0.0;
+  s.steps = st.round;
+  s.epochs = st.epochs_done;
+  s.samples = st.samples;
+  s.requeued = st.requeued;
+  s.bytes_sent = st.bytes_sent;
+  s.largest_send = static_cast<std::int64_t>(parameters(st) * sizeof(float));
+  s.stopped = stopped;
+  st.control->finish(s);
+  for (const caf::actor& d : st.devices) self->send_exit(d, caf::exit_reason::user_shutdown);
+  self->quit();
+}
+
+void fail(reducer_ptr self, const std::string& what) {
+  auto& st = self->state;
+  if (!st.running) return;
+  st.running = false;
+  st.control->fail(std::make_exception_ptr(error(error_kind::training, what)));
+  for (const caf::actor& d : st.devices) self->send_exit(d, caf::exit_reason::user_shutdown);
+  self->quit();
+}
+
+void emit_step(async_reducer_state& st, clock_type::time_point now) {
+  step_event e;
+  e.step = st.round;
+  e.epoch = st.epochs_done;
+  e.epoch_step = st.epoch_rounds;
+  e.epoch_steps = st.plan->epoch_steps;
+  e.total_steps = st.plan->run_steps;
+  e.loss = mean_loss(st.since_event);
+  e.accuracy = accuracy(st.since_event);
+  e.lr = st.plan->outer_optimizer.lr;
+  const double dt = seconds_between(st.event_time, now);
+  e.samples_per_s = dt > 0.0 ? static_cast<double>(st.samples - st.samples_at_event) / dt : 0.0;
+  for (const async_worker& w : st.workers) {
+    e.shares.push_back(static_cast<double>(w.inner_steps) / static_cast<double>(st.plan->shape.every));
+    e.throughput.push_back(w.throughput);
+  }
+  e.bytes_sent = st.bytes_sent;
+  e.samples = st.samples;
+  st.control->emit(e);
+  st.since_event = {};
+  st.samples_at_event = st.samples;
+  st.event_time = now;
+}
+
+// Epochs all of whose samples are committed: their records, in order.
+void close_epochs(async_reducer_state& st, clock_type::time_point now) {
+  while (st.epochs_done < st.claims->epochs() && st.claims->epoch_done(st.epochs_done)) {
+    const std::int64_t e = st.epochs_done;
+    epoch_event ev;
+    ev.epoch = e;
+    ev.step = st.round;
+    ev.train_loss = mean_loss(st.epoch_train);
+    ev.train_accuracy = accuracy(st.epoch_train);
+    const std::int64_t every = st.config.train.eval_every;
+    if (every > 0 && ((e + 1) % every == 0 || e + 1 == st.claims->epochs())) {
+      evaluate(st);
+      ev.test_loss = st.last_test_loss;
+      ev.test_accuracy = st.last_test_accuracy;
+    } else {
+      ev.test_loss = ev.test_accuracy = std::numeric_limits<double>::quiet_NaN();
+    }
+    ev.seconds = seconds_between(st.epoch_time, now);
+    ev.samples = static_cast<std::int64_t>(st.claims->samples());
+    ev.requeued = st.claims->requeued(e);
+    ev.samples_per_s = ev.seconds > 0.0 ? static_cast<double>(ev.samples) / ev.seconds : 0.0;
+    if (st.since_event.samples > 0) emit_step(st, now);  // the epoch's last round, before its epoch
+    st.control->emit(ev);
+    st.epoch_train = {};
+    st.epoch_time = clock_type::now();  // the evaluation is not the next epoch's
+    st.epoch_rounds = 0;
+    ++st.epochs_done;
+  }
+}
+
+void open_round(reducer_ptr self) {
+  auto& st = self->state;
+  st.opened = clock_type::now();
+  const auto wait = std::chrono::duration<double>(st.rule->deadline_s());
+  self->delayed_send(self, std::chrono::duration_cast<std::chrono::microseconds>(wait), async_deadline_msg{st.round});
+}
+
+// The workers that can still contribute: running or waiting.
+std::size_t alive(const async_reducer_state& st) {
+  std::size_t n = 0;
+  for (const async_worker& w : st.workers) n += (w.device >= 0 || w.waiting) ? 1 : 0;
+  return n;
+}
+
+// See Note [Async rounds]: asks the rule, drops, commits.
+void try_commit(reducer_ptr self) {
+  auto& st = self->state;
+  if (!st.running || st.arrived.empty()) return;
+  std::vector<async_contribution> arrived;
+  for (const pending_contribution& p : st.arrived)
+    arrived.push_back({p.worker, p.base_round, static_cast<double>(p.claim.rows.size())});
+  const async_decision d = st.rule->decide(st.round, arrived, alive(st), seconds_between(st.opened, clock_type::now()));
+  auto take = [&](std::size_t worker) {
+    const auto it = std::find_if(st.arrived.begin(), st.arrived.end(), [&](const auto& p) { return p.worker == worker; });
+    pending_contribution p = std::move(*it);
+    st.arrived.erase(it);
+    st.workers[worker].waiting = false;
+    return p;
+  };
+  for (const async_contribution& c : d.dropped) {
+    pending_contribution p = take(c.worker);
+    st.requeued += static_cast<std::int64_t>(p.claim.rows.size());
+    engine_log()->debug("async: round {}: worker {}'s contribution from round {} is past sync.max_staleness = {}: "
+                        "dropped, its {} samples go back to epoch {}",
+                        st.round, c.worker, c.base_round, st.rule->rule().max_staleness, p.claim.rows.size(), p.claim.epoch);
+    st.claims->give_back(std::move(p.claim));
+  }
+  if (d.commit) {
+    std::vector<pending_contribution> merged;
+    std::vector<async_leaf> leaves;
+    for (const auto& m : d.merged) merged.push_back(take(m.worker));
+    for (std::size_t i = 0; i < merged.size(); ++i) {
+      const auto& m = d.merged[i];
+      leaves.push_back({m.worker, static_cast<float>(m.weight / m.samples), *merged[i].values});
+    }
+    std::span<float> sum = st.global->gradients();
+    async_weighted_sum(st.workers.size(), leaves, sum.first(parameters(st)));
+    st.global->update_in_place(st.plan->outer_optimizer.lr, d.samples);
+    publish(st);
+    for (pending_contribution& p : merged) {
+      st.claims->commit(p.claim);
+      st.samples += static_cast<std::int64_t>(p.claim.rows.size());
+      st.since_event += p.stats;
+      st.epoch_train += p.stats;
+    }
+    ++st.round;
+    ++st.epoch_rounds;
+    const auto now = clock_type::now();
+    const std::int64_t log_every = std::max<std::int64_t>(1, st.config.train.log_every);
+    if (st.round % log_every == 0) emit_step(st, now);
+    close_epochs(st, now);
+    const bool last = st.claims->all_done() ||
+                      (st.config.train.max_steps > 0 && st.round >= st.config.train.max_steps);
+    if (last) {
+      if (st.since_event.samples > 0) emit_step(st, now);
+      finish(self, false);
+      return;
+    }
+    open_round(self);
+  }
+  dispatch_all(self);
+}
+
+caf::behavior async_reducer(reducer_ptr self, job_config config, std::shared_ptr<const launch_plan> plan,
+                            std::shared_ptr<run_control> control, clock_type::time_point started) {
+  auto& st = self->state;
+  st.config = std::move(config);
+  st.plan = std::move(plan);
+  st.control = std::move(control);
+  st.started = started;
+  const job_config& c = st.config;
+  job_config outer = c;
+  outer.optimizer = st.plan->outer_optimizer;
+  const replica_shape shape{static_cast<std::size_t>(c.train.micro_batch), st.plan->data.train->feature_count,
+                            st.plan->blas_threads};
+  st.global = make_replica(outer, shape, 0, st.plan->torch_factory);
+  st.global->import_state(*st.plan->initial_state);
+  publish(st);
+  const auto K = static_cast<std::size_t>(st.plan->shape.workers);
+  async_rule rule;
+  rule.quorum = static_cast<std::size_t>(c.sync.quorum_of(static_cast<std::int64_t>(K)));
+  rule.max_staleness = c.sync.max_staleness;
+  rule.grace_s = c.sync.grace_ms / 1000.0;
+  rule.mad_factor = 3.0;
+  st.rule.emplace(rule);
+  st.claims.emplace(st.plan->data.train->rows, static_cast<std::uint64_t>(c.train.seed), c.train.shuffle, c.train.epochs);
+  st.workers.resize(K);
+  st.balance = c.straggler.policy == straggler_policy::balance || c.straggler.policy == straggler_policy::balance_cut;
+  return {
+      [self](start_atom) {
+        auto& st = self->state;
+        if (st.running) return;
+        st.running = true;
+        st.train_start = st.event_time = st.epoch_time = clock_type::now();
+        st.device_worker.assign(st.devices.size(), -1);
+        membership_event m;
+        m.reason = "start";
+        for (std::size_t d = 0; d < st.devices.size(); ++d) {
+          m.members.push_back(device_name(st.config, static_cast<int>(d)));
+          m.actor_ids.push_back(st.devices[d].id());
+        }
+        st.control->emit(m);
+        engine_log()->info("async: {} logical workers on {} devices, a round commits with {} of them or at its "
+                           "deadline (at least {} ms), contributions at most {} rounds old",
+                           st.workers.size(), st.devices.size(), st.rule->rule().quorum, st.config.sync.grace_ms,
+                           st.rule->rule().max_staleness);
+        open_round(self);
+        dispatch_all(self);
+      },
+      [self](stop_atom) { finish(self, true); },
+      [self](std::vector<caf::actor>& devices) { self->state.devices = std::move(devices); },
+      [self](async_deadline_msg m) {
+        if (m.round == self->state.round) try_commit(self);
+      },
+      [self](async_contribution_msg& m) {
+        auto& st = self->state;
+        if (!st.running) return;
+        if (!m.error.empty()) {
+          fail(self, "async: " + m.error);
+          return;
+        }
+        st.device_worker[m.device] = -1;
+        async_worker& w = st.workers[m.worker];
+        w.device = -1;
+        w.waiting = true;
+        const double rate = m.seconds > 0.0 ? static_cast<double>(m.claim.rows.size()) / m.seconds : 0.0;
+        const double a = st.config.straggler.smoothing;
+        w.throughput = w.throughput > 0.0 ? a * rate + (1.0 - a) * w.throughput : rate;
+        st.bytes_sent += static_cast<std::int64_t>(parameters(st) * sizeof(float));
+        // The deadline learns from fresh arrivals: seconds from their round's opening.
+        if (m.base_round == st.round) st.rule->record_arrival(seconds_between(st.opened, clock_type::now()));
+        st.arrived.push_back({m.worker, m.base_round, std::move(m.claim), std::move(m.values), m.stats});
+        try_commit(self);
+        dispatch_all(self);
+      },
+  };
+}
+
+}  // namespace
+
+async_run spawn_async_run(caf::actor_system& system, const job_config& config, std::shared_ptr<const launch_plan> plan,
+                          std::shared_ptr<run_control> control, std::chrono::steady_clock::time_point started) {
+  async_run run;
+  run.reducer = system.spawn<caf::detached>(async_reducer, config, plan, std::move(control), started);
+  for (int d = 0; d < plan->replicas; ++d)
+    run.devices.push_back(system.spawn<caf::detached>(async_device, make_device_setup(config, *plan, d), run.reducer));
+  caf::anon_send(run.reducer, run.devices);
+  return run;
+}
+
+}  // namespace dpactor

@@ -1,0 +1,62 @@
+#pragma once
+// sync.mode = "async" in one process (docs/async.md, "Asynchronous rounds";
+// DESIGN.md, "Rounds"): a reducer that commits rounds on a quorum and a
+// deadline, and device actors that each run one logical worker's round at a
+// time, on request, and never wait for each other.
+//
+// Note [Async rounds]
+// The round modes' pipeline ends every round in one collective that all
+// members enter; async cannot, since a round commits without the late
+// workers. So contributions travel one by one, to the reducer, which holds
+// the global model (the outer optimizer's replica):
+// - The reducer gives a device a worker's round: the worker, its round
+//   counter (its state's key in the store, Note [Logical workers]), the
+//   global parameters of the newest committed round (a shared, read-only
+//   buffer: no copy in one process), and a claim of n_k samples (Note [Async
+//   claims]).
+// - The device runs it (logical_worker_runner::run: the worker's inner
+//   steps from those parameters with its own inner state) and sends back
+//   n_k (global_b - inner_k), the stats of its inner steps and the seconds
+//   it took.
+// - At each arrival and at the open round's deadline (a delayed message to
+//   itself) the reducer asks the commit rule (Note [Async commit]). A dropped
+//   contribution's claim goes back (trained later in the epoch); a commit
+//   adds the merged contributions by Note [Async merge], applies the outer
+//   step to the global model, commits the merged claims and opens the next
+//   round with the new parameters.
+// - A worker whose contribution waits in the open round is not given another
+//   round until that round commits (a worker contributes at most once to a
+//   round); every other worker with a free device is given its next round at
+//   once, from the newest parameters. Each worker stays on its device while
+//   there is one per worker.
+// - A worker's inner steps per round follow its measured throughput (its
+//   rounds' samples over their seconds, smoothed by straggler.smoothing):
+//   async_inner_steps.
+// What travels is counted as in the other modes' bytes_sent: a round's
+// parameters to the device and its contribution back, 4 bytes a float each.
+// Not built yet (docs/plans/async-rounds.md): faults other than slow and
+// jitter, joins, checkpoints, the decision record and --replay-rounds,
+// several processes.
+
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include <caf/all.hpp>
+
+#include "actors/launch.hpp"
+#include "actors/run_control.hpp"
+
+namespace dpactor {
+
+struct async_run {
+  caf::actor reducer;              // takes start_atom, stop_atom
+  std::vector<caf::actor> devices;
+};
+
+// Spawns the run's actors in `system` (nothing starts before the reducer
+// gets start_atom). The outcome and the events go through `control`.
+async_run spawn_async_run(caf::actor_system& system, const job_config& config, std::shared_ptr<const launch_plan> plan,
+                          std::shared_ptr<run_control> control, std::chrono::steady_clock::time_point started);
+
+}  // namespace dpactor

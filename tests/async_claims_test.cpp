@@ -1,0 +1,132 @@
+// The data and the sum of asynchronous rounds (Note [Async claims], Note
+// [Async merge]), without threads or a clock: every sample of an epoch in
+// exactly one committed claim, a given-back claim trained later in its
+// epoch, H_k from throughput, and the weighted sum's fixed order.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <set>
+#include <stdexcept>
+#include <vector>
+
+#include "data/sampler.hpp"
+#include "train/async_claims.hpp"
+#include "train/async_merge.hpp"
+
+namespace dpactor {
+namespace {
+
+TEST(AsyncClaims, ClaimsFollowTheEpochsOrderNeverSpanTwoEpochsAndCoverEverySampleOnce) {
+  async_claims q(10, 42, true, 2);
+  const std::vector<std::uint32_t> order0 = epoch_order(10, 42, 0, true);
+  const std::vector<std::uint32_t> order1 = epoch_order(10, 42, 1, true);
+  std::vector<std::uint32_t> got0, got1;
+  std::vector<async_claim> claims;
+  while (auto c = q.claim(4)) {
+    EXPECT_LE(c->rows.size(), 4u);
+    auto& got = c->epoch == 0 ? got0 : got1;
+    EXPECT_EQ(c->first, static_cast<std::int64_t>(got.size()));
+    got.insert(got.end(), c->rows.begin(), c->rows.end());
+    claims.push_back(*c);
+  }
+  EXPECT_EQ(got0, order0);
+  EXPECT_EQ(got1, order1);
+  ASSERT_EQ(claims.size(), 6u);  // 4 + 4 + 2 a epoch
+  EXPECT_EQ(claims[2].rows.size(), 2u);
+  EXPECT_FALSE(q.epoch_done(0));
+  for (std::size_t i = 0; i < 3; ++i) q.commit(claims[i]);
+  EXPECT_TRUE(q.epoch_done(0));
+  EXPECT_EQ(q.committed(0), 10);
+  EXPECT_FALSE(q.all_done());
+  for (std::size_t i = 3; i < 6; ++i) q.commit(claims[i]);
+  EXPECT_TRUE(q.all_done());
+}
+
+TEST(AsyncClaims, AGivenBackClaimIsTrainedLaterInItsEpochBeforeAnythingNew) {
+  async_claims q(12, 7, true, 2);
+  const async_claim a = *q.claim(4);
+  const async_claim b = *q.claim(4);
+  q.commit(a);
+  q.give_back(b);  // dropped as stale
+  EXPECT_EQ(q.requeued(0), 4);
+  // The next claims take b's samples first, cut to the size asked for, at
+  // their place in the order.
+  const async_claim c = *q.claim(3);
+  EXPECT_EQ(c.epoch, 0);
+  EXPECT_EQ(c.first, b.first);
+  EXPECT_EQ(c.rows, std::vector<std::uint32_t>(b.rows.begin(), b.rows.begin() + 3));
+  const async_claim d = *q.claim(3);
+  EXPECT_EQ(d.first, b.first + 3);
+  EXPECT_EQ(d.rows, std::vector<std::uint32_t>(b.rows.begin() + 3, b.rows.end()));
+  const async_claim e = *q.claim(8);
+  EXPECT_EQ(e.epoch, 0);
+  EXPECT_EQ(e.first, 8);
+  q.commit(c);
+  q.commit(d);
+  EXPECT_FALSE(q.epoch_done(0));
+  q.commit(e);
+  EXPECT_TRUE(q.epoch_done(0));
+  EXPECT_EQ(q.requeued(0), 4);  // still known after the epoch ended
+  // Every sample of epoch 0 once.
+  std::multiset<std::uint32_t> trained;
+  for (const auto* x : {&a, &c, &d, &e}) trained.insert(x->rows.begin(), x->rows.end());
+  std::vector<std::uint32_t> all(12);
+  std::iota(all.begin(), all.end(), 0u);
+  EXPECT_EQ(std::vector<std::uint32_t>(trained.begin(), trained.end()), all);
+}
+
+TEST(AsyncClaims, ALaterEpochMayFinishFirstButAnEpochEndsOnlyWithItsOwnSamples) {
+  async_claims q(4, 1, false, 2);
+  const async_claim a = *q.claim(4);
+  const async_claim b = *q.claim(4);
+  EXPECT_EQ(b.epoch, 1);
+  q.commit(b);
+  EXPECT_FALSE(q.epoch_done(0));
+  EXPECT_TRUE(q.epoch_done(1));
+  EXPECT_FALSE(q.epoch_done(0));
+  EXPECT_FALSE(q.all_done()) << "the last epoch is done, but not the one before it";
+  EXPECT_FALSE(q.claim(1).has_value());
+  q.give_back(a);
+  const async_claim again = *q.claim(4);
+  EXPECT_EQ(again.epoch, 0);
+  q.commit(again);
+  EXPECT_TRUE(q.all_done());
+  EXPECT_THROW(q.commit(again), std::logic_error);
+}
+
+TEST(AsyncClaims, AWorkerClaimsInnerStepsInProportionToItsThroughput) {
+  EXPECT_EQ(async_inner_steps(16, 0.0, 0.0), 16);     // not measured yet
+  EXPECT_EQ(async_inner_steps(16, 300.0, 300.0), 16);
+  EXPECT_EQ(async_inner_steps(16, 100.0, 300.0), 5);  // a third: 5.33 rounds to 5
+  EXPECT_EQ(async_inner_steps(16, 1.0, 300.0), 1);    // at least one
+  EXPECT_EQ(async_inner_steps(16, 600.0, 300.0), 16); // never more than H
+}
+
+TEST(AsyncMerge, TheWeightedSumAddsThePresentWorkersInTheTreeOrderWhateverTheirArrival) {
+  const std::vector<float> v0{1.0f, 1e8f}, v1{2.0f, 1.0f}, v2{4.0f, -2e8f}, v3{8.0f, 1.0f};
+  std::vector<float> out(2);
+  // Workers 0, 2, 3 of 4, in two arrival orders: ((0) + (2 + 3)).
+  const std::vector<async_leaf> a{{3, 1.0f, v3}, {0, 1.0f, v0}, {2, 0.5f, v2}};
+  const std::vector<async_leaf> b{{2, 0.5f, v2}, {3, 1.0f, v3}, {0, 1.0f, v0}};
+  async_weighted_sum(4, a, out);
+  const std::vector<float> first = out;
+  async_weighted_sum(4, b, out);
+  EXPECT_EQ(out, first);
+  EXPECT_EQ(out[0], 1.0f + (0.5f * 4.0f + 8.0f));
+  // The tree's order, 1e8 + (-1e8 + 1) = 0, not a loop over the workers,
+  // (1e8 - 1e8) + 1 = 1.
+  EXPECT_EQ(out[1], 0.0f);
+  // One leaf: itself times its factor; none: zeros.
+  const std::vector<async_leaf> one{{1, 0.25f, v1}};
+  async_weighted_sum(4, one, out);
+  EXPECT_EQ(out, (std::vector<float>{0.5f, 0.25f}));
+  async_weighted_sum(4, {}, out);
+  EXPECT_EQ(out, (std::vector<float>{0.0f, 0.0f}));
+  const std::vector<async_leaf> twice{{1, 1.0f, v1}, {1, 1.0f, v1}};
+  EXPECT_THROW(async_weighted_sum(4, twice, out), std::logic_error);
+}
+
+}  // namespace
+}  // namespace dpactor

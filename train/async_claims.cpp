@@ -1,0 +1,95 @@
+#include "train/async_claims.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "data/sampler.hpp"
+
+namespace dpactor {
+
+async_claims::async_claims(std::size_t samples, std::uint64_t seed, bool shuffle, std::int64_t epochs)
+    : samples_(samples), seed_(seed), shuffle_(shuffle), epochs_(epochs),
+      requeued_(static_cast<std::size_t>(std::max<std::int64_t>(epochs, 0)), 0) {
+  if (samples == 0) throw std::invalid_argument("async_claims: no samples");
+}
+
+async_claims::epoch_state& async_claims::at(std::int64_t e) {
+  auto it = open_.find(e);
+  if (it == open_.end()) {
+    it = open_.emplace(e, epoch_state{}).first;
+    it->second.order = epoch_order(samples_, seed_, e, shuffle_);
+  }
+  return it->second;
+}
+
+// See Note [Async claims]: the oldest epoch with samples not handed out.
+std::optional<async_claim> async_claims::claim(std::size_t n) {
+  if (n == 0) throw std::invalid_argument("async_claims::claim: a claim of no samples");
+  for (std::int64_t e = done_; e < epochs_; ++e) {
+    epoch_state& s = at(e);
+    if (!s.returned.empty()) {
+      async_claim& front = s.returned.front();
+      if (front.rows.size() <= n) {
+        async_claim c = std::move(front);
+        s.returned.pop_front();
+        return c;
+      }
+      async_claim c{e, front.first, {front.rows.begin(), front.rows.begin() + static_cast<std::ptrdiff_t>(n)}};
+      front.rows.erase(front.rows.begin(), front.rows.begin() + static_cast<std::ptrdiff_t>(n));
+      front.first += static_cast<std::int64_t>(n);
+      return c;
+    }
+    if (s.next < samples_) {
+      const std::size_t end = std::min(samples_, s.next + n);
+      async_claim c{e, static_cast<std::int64_t>(s.next),
+                    {s.order.begin() + static_cast<std::ptrdiff_t>(s.next), s.order.begin() + static_cast<std::ptrdiff_t>(end)}};
+      s.next = end;
+      return c;
+    }
+  }
+  return std::nullopt;
+}
+
+void async_claims::commit(const async_claim& c) {
+  const auto it = open_.find(c.epoch);
+  if (it == open_.end()) throw std::logic_error("async_claims::commit: epoch " + std::to_string(c.epoch) + " is not open");
+  epoch_state& s = it->second;
+  s.committed += static_cast<std::int64_t>(c.rows.size());
+  if (s.committed > static_cast<std::int64_t>(samples_))
+    throw std::logic_error("async_claims::commit: epoch " + std::to_string(c.epoch) + " committed more samples than it has");
+  // Epochs all of whose samples are committed leave, in order (a later one
+  // may finish first: it waits for the ones before it).
+  while (true) {
+    const auto first = open_.find(done_);
+    if (first == open_.end() || first->second.committed != static_cast<std::int64_t>(samples_)) break;
+    open_.erase(first);
+    ++done_;
+  }
+}
+
+void async_claims::give_back(async_claim c) {
+  const auto it = open_.find(c.epoch);
+  if (it == open_.end()) throw std::logic_error("async_claims::give_back: epoch " + std::to_string(c.epoch) + " is not open");
+  requeued_[static_cast<std::size_t>(c.epoch)] += static_cast<std::int64_t>(c.rows.size());
+  it->second.returned.push_front(std::move(c));
+}
+
+std::int64_t async_claims::committed(std::int64_t e) const {
+  if (e < done_) return static_cast<std::int64_t>(samples_);
+  const auto it = open_.find(e);
+  return it == open_.end() ? 0 : it->second.committed;
+}
+
+std::int64_t async_claims::requeued(std::int64_t e) const {
+  return e >= 0 && e < epochs_ ? requeued_[static_cast<std::size_t>(e)] : 0;
+}
+
+std::int64_t async_inner_steps(std::int64_t every, double throughput, double fastest) {
+  if (!(throughput > 0.0) || !(fastest > 0.0)) return every;
+  const auto h = static_cast<std::int64_t>(std::llround(static_cast<double>(every) * std::min(1.0, throughput / fastest)));
+  return std::max<std::int64_t>(1, h);
+}
+
+}  // namespace dpactor

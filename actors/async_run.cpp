@@ -150,6 +150,7 @@ struct async_reducer_state {
   clock_type::time_point opened;
   bool running = false;
   bool balance = true;  // straggler.policy balances: H_k follows throughput
+  double last_lr = 0.0;  // the last round's outer rate
   // Reporting.
   batch_stats since_event, epoch_train;
   std::int64_t samples = 0, samples_at_event = 0;
@@ -165,6 +166,12 @@ struct async_reducer_state {
 using reducer_ptr = caf::stateful_actor<async_reducer_state>*;
 
 std::size_t parameters(const async_reducer_state& st) { return st.global->layout().parameter_size; }
+
+// The outer rate of a round that merged `samples` (See Note [Async merge]).
+double outer_rate(const async_reducer_state& st, double samples) {
+  return async_outer_rate(st.plan->outer_optimizer.lr, st.config.sync.outer_lr > 0.0, samples,
+                          static_cast<double>(st.plan->shape.every * st.plan->shape.batch));
+}
 
 void publish(async_reducer_state& st) {
   auto p = std::make_shared<std::vector<float>>(parameters(st));
@@ -283,7 +290,7 @@ void emit_step(async_reducer_state& st, clock_type::time_point now) {
   e.total_steps = st.plan->run_steps;
   e.loss = mean_loss(st.since_event);
   e.accuracy = accuracy(st.since_event);
-  e.lr = st.plan->outer_optimizer.lr;
+  e.lr = st.last_lr;
   const double dt = seconds_between(st.event_time, now);
   e.samples_per_s = dt > 0.0 ? static_cast<double>(st.samples - st.samples_at_event) / dt : 0.0;
   for (const async_worker& w : st.workers) {
@@ -367,15 +374,15 @@ void try_commit(reducer_ptr self) {
   }
   if (d.commit) {
     std::vector<pending_contribution> merged;
-    std::vector<async_leaf> leaves;
     for (const auto& m : d.merged) merged.push_back(take(m.worker));
-    for (std::size_t i = 0; i < merged.size(); ++i) {
-      const auto& m = d.merged[i];
-      leaves.push_back({m.worker, static_cast<float>(m.weight / m.samples), *merged[i].values});
-    }
+    const std::vector<async_leaf> leaves = merged_leaves(d, [&](std::size_t worker) {
+      const auto it = std::find_if(merged.begin(), merged.end(), [&](const auto& p) { return p.worker == worker; });
+      return std::span<const float>(*it->values);
+    });
     std::span<float> sum = st.global->gradients();
     async_weighted_sum(st.workers.size(), leaves, sum.first(parameters(st)));
-    st.global->update_in_place(st.plan->outer_optimizer.lr, d.samples);
+    st.last_lr = outer_rate(st, d.samples);
+    st.global->update_in_place(st.last_lr, d.samples);
     publish(st);
     for (pending_contribution& p : merged) {
       st.claims->commit(p.claim);
@@ -404,6 +411,21 @@ void try_commit(reducer_ptr self) {
 caf::behavior async_reducer(reducer_ptr self, job_config config, std::shared_ptr<const launch_plan> plan,
                             std::shared_ptr<run_control> control, clock_type::time_point started) {
   auto& st = self->state;
+  // An exception here is a bug: the run ends with it, never hangs.
+  self->set_exception_handler([self](std::exception_ptr& x) -> caf::error {
+    std::string what = "an unknown exception";
+    try {
+      std::rethrow_exception(x);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    const bool running = self->state.running;
+    self->state.running = false;
+    if (running) self->state.control->fail(std::make_exception_ptr(error(error_kind::internal, "async: the reducer failed: " + what)));
+    for (const caf::actor& d : self->state.devices) self->send_exit(d, caf::exit_reason::user_shutdown);
+    return caf::exit_reason::unhandled_exception;
+  });
   st.config = std::move(config);
   st.plan = std::move(plan);
   st.control = std::move(control);

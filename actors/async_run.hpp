@@ -22,7 +22,8 @@
 //   itself) the reducer asks the commit rule (Note [Async commit]). A dropped
 //   contribution's claim goes back (trained later in the epoch); a commit
 //   adds the merged contributions by Note [Async merge], applies the outer
-//   step to the global model, commits the merged claims and opens the next
+//   step to the global model (at a rate that follows the round's samples,
+//   ibid.), commits the merged claims and opens the next
 //   round with the new parameters.
 // - A worker whose contribution waits in the open round is not given another
 //   round until that round commits (a worker contributes at most once to a

@@ -128,5 +128,32 @@ TEST(AsyncMerge, TheWeightedSumAddsThePresentWorkersInTheTreeOrderWhateverTheirA
   EXPECT_THROW(async_weighted_sum(4, twice, out), std::logic_error);
 }
 
+TEST(AsyncMerge, AMergedContributionIsScaledByOneOverOnePlusItsStaleness) {
+  const async_commit rule({1, 3, 0.05, 3.0, 32});
+  const std::vector<async_contribution> arrived{{2, 5, 40}, {0, 7, 20}, {1, 4, 10}};
+  const async_decision d = rule.decide(7, arrived, 3, 0.0);
+  ASSERT_TRUE(d.commit);
+  const std::vector<float> v0{1.0f}, v1{2.0f}, v2{3.0f};
+  const std::vector<async_leaf> leaves = merged_leaves(d, [&](std::size_t k) {
+    return std::span<const float>(k == 0 ? v0 : k == 1 ? v1 : v2);
+  });
+  ASSERT_EQ(leaves.size(), 3u);
+  EXPECT_EQ(leaves[0].worker, 2u);
+  EXPECT_EQ(leaves[0].factor, 1.0f / 3.0f);  // 2 rounds old
+  EXPECT_EQ(leaves[0].values.data(), v2.data());
+  EXPECT_EQ(leaves[1].factor, 1.0f);         // fresh
+  EXPECT_EQ(leaves[2].factor, 0.25f);        // 3 rounds old
+  std::vector<float> out(1);
+  async_weighted_sum(3, leaves, out);
+  EXPECT_EQ(out[0], 1.0f + (0.25f * 2.0f + 3.0f / 3.0f));
+}
+
+TEST(AsyncMerge, TheOuterRateFollowsTheRoundsSamplesUnlessTheUserSetIt) {
+  EXPECT_EQ(async_outer_rate(0.7, false, 2048, 2048), 0.7);
+  EXPECT_EQ(async_outer_rate(0.7, false, 1024, 2048), 0.35);
+  EXPECT_EQ(async_outer_rate(0.7, false, 4096, 2048), 0.7);  // never above the plan's
+  EXPECT_EQ(async_outer_rate(0.7, true, 1024, 2048), 0.7);   // sync.outer_lr as set
+}
+
 }  // namespace
 }  // namespace dpactor

@@ -36,7 +36,7 @@ async_result train(const job_config& config) {
     if (const auto* s = std::get_if<step_event>(&e)) r.steps.push_back(*s);
   });
   engine.start();
-  r.summary = testing::wait_or_exit(engine, std::chrono::seconds(120), "the async run");
+  r.summary = testing::wait_or_exit(engine, std::chrono::seconds(60), "the async run");
   return r;
 }
 

@@ -46,4 +46,17 @@ void async_weighted_sum(std::size_t workers, std::span<const async_leaf> leaves,
   if (!node_sum(by_worker, 0, width, out, scratch, 0)) std::fill(out.begin(), out.end(), 0.0f);
 }
 
+std::vector<async_leaf> merged_leaves(const async_decision& d,
+                                      const std::function<std::span<const float>(std::size_t worker)>& values) {
+  std::vector<async_leaf> leaves;
+  for (const auto& m : d.merged)
+    leaves.push_back({m.worker, static_cast<float>(m.weight / m.samples), values(m.worker)});
+  return leaves;
+}
+
+double async_outer_rate(double rate, bool set, double samples, double nominal) {
+  if (set || !(nominal > 0.0)) return rate;
+  return rate * std::min(1.0, samples / nominal);
+}
+
 }  // namespace dpactor

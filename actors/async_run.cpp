@@ -123,6 +123,8 @@ struct async_worker {
   int last_device = -1;
   double throughput = 0.0;     // smoothed samples/s
   std::int64_t inner_steps = 0;  // of its last claim
+  // Its account (worker_account).
+  std::int64_t contributed = 0, dropped = 0, staleness = 0;
 };
 
 struct pending_contribution {
@@ -294,9 +296,21 @@ void emit_step(async_reducer_state& st, clock_type::time_point now) {
   const double dt = seconds_between(st.event_time, now);
   e.samples_per_s = dt > 0.0 ? static_cast<double>(st.samples - st.samples_at_event) / dt : 0.0;
   for (const async_worker& w : st.workers) {
-    e.shares.push_back(static_cast<double>(w.inner_steps) / static_cast<double>(st.plan->shape.every));
-    e.throughput.push_back(w.throughput);
+    worker_account a;
+    a.contributed = w.contributed;
+    a.dropped = w.dropped;
+    a.mean_staleness = w.contributed > 0 ? static_cast<double>(w.staleness) / static_cast<double>(w.contributed) : 0.0;
+    a.inner_steps = w.inner_steps;
+    a.samples_per_s = w.throughput;
+    e.workers.push_back(a);
   }
+  // The members' shares and throughput are their workers' where each device
+  // runs one (worker k on device k: See dispatch).
+  if (st.workers.size() == st.devices.size())
+    for (const async_worker& w : st.workers) {
+      e.shares.push_back(static_cast<double>(w.inner_steps) / static_cast<double>(st.plan->shape.every));
+      e.throughput.push_back(w.throughput);
+    }
   e.bytes_sent = st.bytes_sent;
   e.samples = st.samples;
   st.control->emit(e);
@@ -366,6 +380,7 @@ void try_commit(reducer_ptr self) {
   };
   for (const async_contribution& c : d.dropped) {
     pending_contribution p = take(c.worker);
+    ++st.workers[c.worker].dropped;
     st.requeued += static_cast<std::int64_t>(p.claim.rows.size());
     engine_log()->debug("async: round {}: worker {}'s contribution from round {} is past sync.max_staleness = {}: "
                         "dropped, its {} samples go back to epoch {}",
@@ -374,7 +389,11 @@ void try_commit(reducer_ptr self) {
   }
   if (d.commit) {
     std::vector<pending_contribution> merged;
-    for (const auto& m : d.merged) merged.push_back(take(m.worker));
+    for (const auto& m : d.merged) {
+      merged.push_back(take(m.worker));
+      ++st.workers[m.worker].contributed;
+      st.workers[m.worker].staleness += m.staleness;
+    }
     const std::vector<async_leaf> leaves = merged_leaves(d, [&](std::size_t worker) {
       const auto it = std::find_if(merged.begin(), merged.end(), [&](const auto& p) { return p.worker == worker; });
       return std::span<const float>(*it->values);

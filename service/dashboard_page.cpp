@@ -34,6 +34,7 @@ li.fault{color:#b3261e;font-weight:600} li.recovery{color:#1e7b34} li.membership
 <section><h2>Accuracy</h2><div class="legend"><i style="background:#4c7bd9"></i>train<i style="background:#d9534f"></i>test</div><canvas id="accuracy" data-points="0"></canvas></section>
 <section><h2>Samples per second</h2><canvas id="throughput" data-points="0"></canvas></section>
 <section><h2>Devices</h2><table id="devices"><thead><tr><th>device</th><th>share of the batch</th><th></th><th>samples/s</th></tr></thead><tbody></tbody></table></section>
+<section id="workers-section" hidden><h2>Logical workers (async)</h2><table id="workers"><thead><tr><th>worker</th><th>rounds contributed</th><th>dropped as stale</th><th>mean staleness</th><th>inner steps a round</th><th>samples/s</th></tr></thead><tbody></tbody></table></section>
 <section><h2>Timeline</h2><ul id="timeline"></ul></section>
 </main>
 <script>
@@ -93,6 +94,16 @@ function devices(names, shares, rates) {
     return tr;
   }));
 }
+function workers(list) {
+  $("workers-section").hidden = false;
+  $("workers").tBodies[0].replaceChildren(...list.map((w, k) => {
+    const tr = document.createElement("tr"); tr.dataset.worker = k;
+    tr.innerHTML = "<td></td><td></td><td></td><td></td><td></td><td></td>";
+    [k, w.contributed, w.dropped, w.mean_staleness.toFixed(2), w.inner_steps,
+     w.samples_per_s ? Math.round(w.samples_per_s).toLocaleString() : "-"].forEach((v, i) => tr.cells[i].textContent = v);
+    return tr;
+  }));
+}
 let members = [];
 function note(kind, text) {
   const li = document.createElement("li"); li.className = kind; li.textContent = text;
@@ -105,6 +116,7 @@ const handlers = {
     $("sps").textContent = Math.round(e.samples_per_s).toLocaleString(); $("generation").textContent = e.generation;
     push(series.trainLoss, e.step, e.loss); push(series.trainAcc, e.step, e.accuracy); push(series.sps, e.step, e.samples_per_s);
     if (members.length === e.shares.length) devices(members, e.shares, e.throughput);
+    if (e.workers) workers(e.workers);
     if (e.cuts > 0) note("cut", "step " + e.step + ": " + e.cuts + " cut" + (e.cuts > 1 ? "s" : ""));
   },
   epoch(e) {

@@ -36,8 +36,9 @@ class family {
     out_ += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
   }
   void sample(double v) { out_ += name_ + " " + number(v) + "\n"; }
-  void sample(const std::string& device, double v) {
-    out_ += name_ + "{device=\"" + escaped(device) + "\"} " + number(v) + "\n";
+  void sample(const std::string& device, double v) { sample("device", device, v); }
+  void sample(const char* label, const std::string& value, double v) {
+    out_ += name_ + "{" + label + "=\"" + escaped(value) + "\"} " + number(v) + "\n";
   }
 
  private:
@@ -70,6 +71,7 @@ void metrics_board::on_event(const event& e) {
           throughput_ = x.throughput;
           bytes_sent_ = x.bytes_sent;
           samples_ = x.samples;
+          if (!x.workers.empty()) workers_ = x.workers;
         } else if constexpr (std::is_same_v<T, epoch_event>) {
           epochs_ = x.epoch + 1;
           test_loss_ = x.test_loss;
@@ -119,6 +121,10 @@ json metrics_board::status(clock::time_point now) const {
     m["samples_per_s"] = r < throughput_.size() ? json(throughput_[r]) : json(nullptr);
     members.push_back(std::move(m));
   }
+  json workers = json::array();
+  for (const worker_account& w : workers_)
+    workers.push_back({{"contributed", w.contributed}, {"dropped", w.dropped}, {"mean_staleness", w.mean_staleness},
+                       {"inner_steps", w.inner_steps}, {"samples_per_s", w.samples_per_s}});
   json checkpoint = nullptr;
   if (checkpoint_step_)
     checkpoint = json{{"step", *checkpoint_step_},
@@ -136,6 +142,7 @@ json metrics_board::status(clock::time_point now) const {
               {"test_accuracy", test_accuracy_ ? json(*test_accuracy_) : json(nullptr)},
               {"generation", generation_},
               {"members", std::move(members)},
+              {"workers", std::move(workers)},
               {"cuts", cuts_},
               {"faults", faults_},
               {"recoveries", recoveries_},
@@ -184,6 +191,20 @@ std::string metrics_board::prometheus_text(clock::time_point now) const {
       .sample(static_cast<double>(bytes_sent_));
   family(out, "dpactor_requeued_samples_total", "counter", "Sample indices handed out again (cuts and faults), by epoch ends.")
       .sample(static_cast<double>(requeued_));
+  if (!workers_.empty()) {  // sync.mode = "async" (docs/async.md)
+    const auto per_worker = [&](const char* name, const char* type, const char* help, auto value) {
+      family f(out, name, type, help);
+      for (std::size_t k = 0; k < workers_.size(); ++k) f.sample("worker", std::to_string(k), value(workers_[k]));
+    };
+    per_worker("dpactor_worker_contributions_total", "counter", "Async: each logical worker's contributions merged into committed rounds.",
+               [](const worker_account& w) { return static_cast<double>(w.contributed); });
+    per_worker("dpactor_worker_dropped_total", "counter", "Async: each logical worker's contributions dropped as stale.",
+               [](const worker_account& w) { return static_cast<double>(w.dropped); });
+    per_worker("dpactor_worker_mean_staleness_rounds", "gauge", "Async: each logical worker's mean staleness over its merged contributions.",
+               [](const worker_account& w) { return w.mean_staleness; });
+    per_worker("dpactor_worker_inner_steps", "gauge", "Async: each logical worker's inner steps in its last round (H_k).",
+               [](const worker_account& w) { return static_cast<double>(w.inner_steps); });
+  }
   if (checkpoint_step_) {
     family(out, "dpactor_checkpoint_step", "gauge", "Step of the last checkpoint written.")
         .sample(static_cast<double>(*checkpoint_step_));

@@ -38,7 +38,9 @@ class metrics_board {
   // The same state as one JSON object, for GET /status: running, step,
   // epochs, loss, accuracy, samples_per_s, lr, test_loss and test_accuracy
   // (null before the first epoch's end), generation, members (name, share,
-  // samples_per_s each), cuts, faults, recoveries, checkpoint (step and
+  // samples_per_s each), workers (sync.mode = "async": each logical worker's
+  // contributed, dropped, mean_staleness, inner_steps, samples_per_s; else
+  // empty), cuts, faults, recoveries, checkpoint (step and
   // age_s, or null).
   json status(clock::time_point now = clock::now()) const;
   // Whether `name` is a member of the current generation.
@@ -61,6 +63,7 @@ class metrics_board {
   std::int64_t requeued_ = 0;
   std::int64_t bytes_sent_ = 0;
   std::int64_t samples_ = 0;  // trained in this run, as of the last step event
+  std::vector<worker_account> workers_;  // sync.mode = "async": each logical worker's account
   std::optional<std::int64_t> checkpoint_step_;
   std::optional<std::int64_t> committed_sequence_;  // stream mode (See Note [Exactly-once offsets])
   clock::time_point checkpoint_at_{};

@@ -64,6 +64,15 @@ TEST(AsyncRounds, WithEveryWorkerInEveryRoundItIsDilocoToTheBytes) {
     EXPECT_EQ(a.summary.samples, 3 * 1024);
     ASSERT_EQ(a.epochs.size(), 3u);
     ASSERT_EQ(d.epochs.size(), 3u);
+    // Each worker's account: in every round, never stale, never dropped.
+    ASSERT_FALSE(a.steps.empty());
+    ASSERT_EQ(a.steps.back().workers.size(), static_cast<std::size_t>(k));
+    for (const worker_account& w : a.steps.back().workers) {
+      EXPECT_EQ(w.contributed, a.summary.steps);
+      EXPECT_EQ(w.dropped, 0);
+      EXPECT_EQ(w.mean_staleness, 0.0);
+      EXPECT_EQ(w.inner_steps, 4);
+    }
     for (std::size_t e = 0; e < 3; ++e) {
       EXPECT_EQ(a.epochs[e].test_accuracy, d.epochs[e].test_accuracy) << "epoch " << e;
       EXPECT_NEAR(a.epochs[e].test_loss, d.epochs[e].test_loss, 1e-12 * d.epochs[e].test_loss) << "epoch " << e;
@@ -89,6 +98,17 @@ TEST(AsyncRounds, ContributionsDroppedAsStaleAreTrainedLaterAndEveryEpochCommits
   }
   EXPECT_GT(requeued, 0) << "nothing was dropped: the test tests nothing";
   EXPECT_EQ(r.summary.requeued, requeued);
+  // The workers' accounts: what merged was fresh (no staleness allowed),
+  // every round merged one or more, and the drops are there.
+  ASSERT_FALSE(r.steps.empty());
+  std::int64_t contributed = 0, dropped = 0;
+  for (const worker_account& w : r.steps.back().workers) {
+    contributed += w.contributed;
+    dropped += w.dropped;
+    EXPECT_EQ(w.mean_staleness, 0.0);
+  }
+  EXPECT_GE(contributed, r.summary.steps);
+  EXPECT_GT(dropped, 0);
   EXPECT_EQ(r.summary.samples, 3 * 1024);
   EXPECT_EQ(r.summary.epochs, 3);
   EXPECT_FALSE(r.steps.empty());

@@ -94,5 +94,43 @@ TEST(DashboardBrowser, ThePageDrawsTheRunLiveFromItsEvents) {
   EXPECT_NE(dom.find("id=\"state\" class=\"running\">running"), std::string::npos) << "the run shows as running";
 }
 
+// sync.mode = "async": a table of the logical workers, each with its
+// rounds contributed, drops, staleness and inner steps (docs/async.md).
+TEST(DashboardBrowser, AnAsyncRunShowsItsLogicalWorkers) {
+  const std::string chromium = find_chromium();
+  if (chromium.empty()) GTEST_SKIP() << "Chromium is not installed (apt-get install chromium): the dashboard is not tested in a browser";
+  testing::scratch_dir dir;
+  job_config c = load_job_config(std::string(DPACTOR_SOURCE_DIR) + "/configs/mlp.cfg",
+                                 {"train.epochs=200", "train.checkpoint_dir=\"\"", "cluster.cpus=3",
+                                  "sync.mode=\"async\"", "sync.workers=2", "train.log_every=5",
+                                  "faults.inject=[\"slow:1:3\"]"});
+  auto board = std::make_shared<metrics_board>();
+  auto feed = std::make_shared<event_feed>();
+  http_service_options o;
+  o.events = feed;
+  o.events_max_duration = 1000ms;
+  http_service service(board, o);
+  std::atomic<int> epochs{0};
+  Engine engine(c);
+  engine.on_event([&](const event& e) {
+    board->on_event(e);
+    feed->on_event(e);
+    if (std::holds_alternative<epoch_event>(e)) ++epochs;
+  });
+  engine.start();
+  ASSERT_TRUE(testing::eventually([&] { return epochs >= 2; }, 120s)) << "the job did not train";
+  const std::string url = "http://127.0.0.1:" + std::to_string(service.port()) + "/";
+  const std::string dom = output_of("timeout 120 " + chromium + " --headless --no-sandbox --disable-gpu --user-data-dir=" +
+                                    (dir / "profile").string() + " --virtual-time-budget=3000 --dump-dom " + url +
+                                    " 2>/dev/null");
+  engine.stop();
+  testing::wait_or_exit(engine, 120s, "the dashboard's async run");
+  ASSERT_FALSE(dom.empty()) << "Chromium gave no page";
+  EXPECT_NE(dom.find("<section id=\"workers-section\">"), std::string::npos) << "the workers' table is shown";
+  for (const char* worker : {"0", "1"})
+    EXPECT_NE(dom.find(std::string("data-worker=\"") + worker + "\""), std::string::npos) << "worker " << worker;
+  EXPECT_EQ(dom.find("data-worker=\"2\""), std::string::npos) << "2 logical workers on 3 devices";
+}
+
 }  // namespace
 }  // namespace dpactor

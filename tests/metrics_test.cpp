@@ -53,6 +53,34 @@ TEST(Metrics, StatusIsTheSameStateAsJson) {
   EXPECT_GE(s.at("checkpoint").at("age_s").get<double>(), 2.9);
 }
 
+// sync.mode = "async": each logical worker's account, from the last step
+// event that carried one, on /metrics (labelled by worker) and /status.
+TEST(Metrics, AnAsyncRunsWorkersAreOnMetricsAndStatus) {
+  metrics_board board;
+  board.on_event(membership_event{0, 0, {"cpu:0", "cpu:1"}, {1, 2}, "start"});
+  step_event s;
+  s.step = 40;
+  s.workers = {{30, 2, 0.25, 16, 900.0}, {12, 5, 1.5, 5, 300.0}};
+  board.on_event(s);
+  step_event later;  // an event without accounts keeps the last ones
+  later.step = 41;
+  board.on_event(later);
+  const auto m = parse_prometheus(board.prometheus_text());
+  EXPECT_EQ(m.at("dpactor_worker_contributions_total{worker=\"0\"}"), 30.0);
+  EXPECT_EQ(m.at("dpactor_worker_dropped_total{worker=\"1\"}"), 5.0);
+  EXPECT_DOUBLE_EQ(m.at("dpactor_worker_mean_staleness_rounds{worker=\"1\"}"), 1.5);
+  EXPECT_EQ(m.at("dpactor_worker_inner_steps{worker=\"1\"}"), 5.0);
+  const json st = board.status();
+  ASSERT_EQ(st.at("workers").size(), 2u);
+  EXPECT_EQ(st.at("workers")[0].at("contributed"), 30);
+  EXPECT_DOUBLE_EQ(st.at("workers")[1].at("samples_per_s").get<double>(), 300.0);
+  // Not async: no worker families, an empty list.
+  metrics_board plain;
+  plain.on_event(s = step_event{});
+  EXPECT_EQ(plain.prometheus_text().find("dpactor_worker_"), std::string::npos);
+  EXPECT_TRUE(plain.status().at("workers").empty());
+}
+
 TEST(Metrics, LabelValuesAreEscaped) {
   metrics_board board;
   board.on_event(membership_event{0, 0, {"node \"a\"\\b\nc/cpu:0"}, {1}, "start"});

@@ -4,10 +4,18 @@ namespace dpactor {
 namespace {
 
 json to_json(const step_event& e) {
-  return {{"event", "step"},   {"step", e.step},       {"epoch", e.epoch}, {"epoch_step", e.epoch_step},
-          {"loss", e.loss},    {"accuracy", e.accuracy}, {"lr", e.lr},     {"samples_per_s", e.samples_per_s},
-          {"generation", e.generation}, {"cuts", e.cuts}, {"skipped", e.skipped}, {"shares", e.shares}, {"throughput", e.throughput},
-          {"bytes_sent", e.bytes_sent}, {"samples", e.samples}};
+  json j{{"event", "step"},   {"step", e.step},       {"epoch", e.epoch}, {"epoch_step", e.epoch_step},
+         {"loss", e.loss},    {"accuracy", e.accuracy}, {"lr", e.lr},     {"samples_per_s", e.samples_per_s},
+         {"generation", e.generation}, {"cuts", e.cuts}, {"skipped", e.skipped}, {"shares", e.shares}, {"throughput", e.throughput},
+         {"bytes_sent", e.bytes_sent}, {"samples", e.samples}};
+  if (!e.workers.empty()) {
+    json workers = json::array();
+    for (const worker_account& w : e.workers)
+      workers.push_back({{"contributed", w.contributed}, {"dropped", w.dropped}, {"mean_staleness", w.mean_staleness},
+                         {"inner_steps", w.inner_steps}, {"samples_per_s", w.samples_per_s}});
+    j["workers"] = std::move(workers);
+  }
+  return j;
 }
 
 json to_json(const epoch_event& e) {

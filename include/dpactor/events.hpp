@@ -11,6 +11,16 @@
 
 namespace dpactor {
 
+// sync.mode = "async": one logical worker's account so far (docs/async.md,
+// "Asynchronous rounds").
+struct worker_account {
+  std::int64_t contributed = 0;  // contributions merged into committed rounds
+  std::int64_t dropped = 0;      // dropped as stale (their samples trained again)
+  double mean_staleness = 0.0;   // rounds, over its merged contributions
+  std::int64_t inner_steps = 0;  // of its last round (H_k)
+  double samples_per_s = 0.0;    // its smoothed throughput
+};
+
 // Every train.log_every steps, and for the last step of each epoch and of
 // the run when it is not one of those.
 struct step_event {
@@ -30,6 +40,7 @@ struct step_event {
   std::vector<double> throughput;  // each member's smoothed samples/s, rank order
   std::int64_t bytes_sent = 0;     // by every device's collectives so far (docs/async.md, "Bytes sent")
   std::int64_t samples = 0;        // samples trained in this run so far (as run_summary::samples)
+  std::vector<worker_account> workers;  // sync.mode = "async": each logical worker's, worker order; else empty
 };
 
 struct epoch_event {

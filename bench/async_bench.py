@@ -87,8 +87,8 @@ def svg(curves, path, target):
     step = 10 if x1 > 40 else 5
     for t in range(0, int(x1) + 1, step):
         out.append(f'<text x="{px(t):.0f}" y="{h - bottom + 15}" text-anchor="middle">{t}</text>')
-    for i in range(6):
-        acc = y0 + (y1 - y0) * i / 5
+    for i in range(round((y1 - y0) * 100) + 1):  # a tick every point of accuracy
+        acc = y0 + i / 100
         out.append(f'<text x="{left - 5}" y="{py(acc) + 4:.0f}" text-anchor="end">{acc:.2f}</text>')
     for (mode, seed), c in curves.items():
         pts = " ".join(f"{px(t):.1f},{py(acc):.1f}" for t, acc in c)

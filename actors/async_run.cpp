@@ -4,9 +4,11 @@
 #include <cmath>
 #include <deque>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include <dpactor/error.hpp>
 
@@ -16,6 +18,7 @@
 #include "train/async_claims.hpp"
 #include "train/async_commit.hpp"
 #include "train/async_merge.hpp"
+#include "train/async_replay.hpp"
 
 namespace dpactor {
 
@@ -33,6 +36,7 @@ struct async_round_msg {
 struct async_contribution_msg {
   std::size_t device = 0;
   std::size_t worker = 0;
+  std::int64_t worker_round = 0;
   std::int64_t base_round = 0;
   async_claim claim;
   std::shared_ptr<const std::vector<float>> values;  // n_k (global_b - inner_k); null on error
@@ -94,6 +98,7 @@ caf::behavior async_device(caf::stateful_actor<async_device_state>* self, std::s
         async_contribution_msg out;
         out.device = static_cast<std::size_t>(st.setup->id);
         out.worker = m.worker;
+        out.worker_round = m.worker_round;
         out.base_round = m.base_round;
         const auto start = clock_type::now();
         try {
@@ -129,6 +134,7 @@ struct async_worker {
 
 struct pending_contribution {
   std::size_t worker = 0;
+  std::int64_t worker_round = 0;
   std::int64_t base_round = 0;
   async_claim claim;
   std::shared_ptr<const std::vector<float>> values;
@@ -152,6 +158,12 @@ struct async_reducer_state {
   clock_type::time_point opened;
   bool running = false;
   bool balance = true;  // straggler.policy balances: H_k follows throughput
+  // See Note [Async replay]: what the first decision records, and the record
+  // being followed, with the global weights its rounds still start from.
+  std::string job_identity, data_fingerprint;
+  bool recorded_identity = false;
+  std::optional<async_replay> replay;
+  std::map<std::int64_t, std::shared_ptr<const std::vector<float>>> bases;
   double last_lr = 0.0;  // the last round's outer rate
   // Reporting.
   batch_stats since_event, epoch_train;
@@ -211,7 +223,13 @@ void dispatch(reducer_ptr self, std::size_t d) {
   auto& st = self->state;
   if (!st.running || st.device_worker[d] >= 0) return;
   std::optional<std::size_t> pick;
-  auto free = [&](std::size_t k) { return st.workers[k].device < 0 && !st.workers[k].waiting; };
+  auto free = [&](std::size_t k) {
+    if (st.workers[k].device >= 0 || st.workers[k].waiting) return false;
+    if (!st.replay) return true;
+    // See Note [Async replay]: its next recorded round, once its base is committed.
+    const round_contribution* next = st.replay->next_round(k);
+    return next != nullptr && next->base_round <= st.round;
+  };
   // One worker a device (or fewer): each stays on its device, so that its
   // measured throughput is its device's. More workers than devices: the
   // free worker that has run the fewest rounds.
@@ -225,14 +243,29 @@ void dispatch(reducer_ptr self, std::size_t d) {
   if (!pick) return;
   async_worker& w = st.workers[*pick];
   const round_shape& shape = st.plan->shape;
-  w.inner_steps = st.balance ? async_inner_steps(shape.every, w.throughput, fastest(st)) : shape.every;
-  std::optional<async_claim> claim = st.claims->claim(static_cast<std::size_t>(w.inner_steps * shape.worker_batch()));
-  if (!claim) return;  // every sample is handed out
   async_round_msg m;
   m.worker = *pick;
+  std::optional<async_claim> claim;
+  if (st.replay) {
+    const round_contribution& next = *st.replay->next_round(*pick);
+    const auto base = st.bases.find(next.base_round);
+    if (next.worker_round != w.rounds || base == st.bases.end())
+      throw std::logic_error("async replay: worker " + std::to_string(*pick) + "'s round " +
+                             std::to_string(next.worker_round) + " from round " + std::to_string(next.base_round) +
+                             " cannot start");
+    claim = st.claims->claim_at(next.epoch, next.first, static_cast<std::size_t>(next.samples));
+    w.inner_steps = (next.samples + shape.worker_batch() - 1) / shape.worker_batch();
+    m.base_round = next.base_round;
+    m.global = base->second;
+    st.replay->handed_out(*pick);
+  } else {
+    w.inner_steps = st.balance ? async_inner_steps(shape.every, w.throughput, fastest(st)) : shape.every;
+    claim = st.claims->claim(static_cast<std::size_t>(w.inner_steps * shape.worker_batch()));
+    if (!claim) return;  // every sample is handed out
+    m.base_round = st.round;
+    m.global = st.published;
+  }
   m.worker_round = w.rounds++;
-  m.base_round = st.round;
-  m.global = st.published;
   // See Note [Round data]: where the claim's first inner step falls on the
   // inner schedule, as in diloco: epoch x inner steps of an epoch + its
   // place in the epoch's order over the global batch.
@@ -363,16 +396,31 @@ std::size_t alive(const async_reducer_state& st) {
   return n;
 }
 
-// See Note [Async rounds]: asks the rule, drops, commits.
-void try_commit(reducer_ptr self) {
+round_contribution recorded(const pending_contribution& p) {
+  return {static_cast<std::int64_t>(p.worker), p.worker_round, p.base_round, p.claim.epoch, p.claim.first,
+          static_cast<std::int64_t>(p.claim.rows.size())};
+}
+
+// Applies a decision of the open round: drops `d.dropped`, and when it
+// commits merges `d.merged` (See Note [Async rounds]); records it (See Note
+// [Async replay]).
+void apply(reducer_ptr self, const async_decision& d) {
   auto& st = self->state;
-  if (!st.running || st.arrived.empty()) return;
-  std::vector<async_contribution> arrived;
-  for (const pending_contribution& p : st.arrived)
-    arrived.push_back({p.worker, p.base_round, static_cast<double>(p.claim.rows.size())});
-  const async_decision d = st.rule->decide(st.round, arrived, alive(st), seconds_between(st.opened, clock_type::now()));
+  round_decision_event record;
+  record.round = st.round;
+  record.committed = d.commit;
+  // The run's first record says which job it is.
+  const auto emit = [&] {
+    if (!std::exchange(st.recorded_identity, true)) {
+      record.job = st.job_identity;
+      record.data = st.data_fingerprint;
+      record.workers = static_cast<std::int64_t>(st.workers.size());
+    }
+    st.control->emit(record);
+  };
   auto take = [&](std::size_t worker) {
     const auto it = std::find_if(st.arrived.begin(), st.arrived.end(), [&](const auto& p) { return p.worker == worker; });
+    if (it == st.arrived.end()) throw std::logic_error("async: worker " + std::to_string(worker) + " has no contribution waiting");
     pending_contribution p = std::move(*it);
     st.arrived.erase(it);
     st.workers[worker].waiting = false;
@@ -380,6 +428,7 @@ void try_commit(reducer_ptr self) {
   };
   for (const async_contribution& c : d.dropped) {
     pending_contribution p = take(c.worker);
+    record.dropped.push_back(recorded(p));
     ++st.workers[c.worker].dropped;
     st.requeued += static_cast<std::int64_t>(p.claim.rows.size());
     engine_log()->debug("async: round {}: worker {}'s contribution from round {} is past sync.max_staleness = {}: "
@@ -387,48 +436,107 @@ void try_commit(reducer_ptr self) {
                         st.round, c.worker, c.base_round, st.rule->rule().max_staleness, p.claim.rows.size(), p.claim.epoch);
     st.claims->give_back(std::move(p.claim));
   }
-  if (d.commit) {
-    std::vector<pending_contribution> merged;
-    for (const auto& m : d.merged) {
-      merged.push_back(take(m.worker));
-      ++st.workers[m.worker].contributed;
-      st.workers[m.worker].staleness += m.staleness;
-    }
-    const std::vector<async_leaf> leaves = merged_leaves(d, [&](std::size_t worker) {
-      const auto it = std::find_if(merged.begin(), merged.end(), [&](const auto& p) { return p.worker == worker; });
-      return std::span<const float>(*it->values);
-    });
-    std::span<float> sum = st.global->gradients();
-    async_weighted_sum(st.workers.size(), leaves, sum.first(parameters(st)));
-    st.last_lr = outer_rate(st, d.samples);
-    st.global->update_in_place(st.last_lr, d.samples);
-    publish(st);
-    for (pending_contribution& p : merged) {
-      st.claims->commit(p.claim);
-      st.samples += static_cast<std::int64_t>(p.claim.rows.size());
-      st.since_event += p.stats;
-      st.epoch_train += p.stats;
-    }
-    ++st.round;
-    ++st.epoch_rounds;
-    const auto now = clock_type::now();
-    const std::int64_t log_every = std::max<std::int64_t>(1, st.config.train.log_every);
-    if (st.round % log_every == 0) emit_step(st, now);
-    close_epochs(st, now);
-    const bool last = st.claims->all_done() ||
-                      (st.config.train.max_steps > 0 && st.round >= st.config.train.max_steps);
-    if (last) {
-      if (st.since_event.samples > 0) emit_step(st, now);
-      finish(self, false);
+  if (!d.commit) {
+    if (!record.dropped.empty()) emit();
+    return;
+  }
+  std::vector<pending_contribution> merged;
+  for (const auto& m : d.merged) {
+    merged.push_back(take(m.worker));
+    record.merged.push_back(recorded(merged.back()));
+    ++st.workers[m.worker].contributed;
+    st.workers[m.worker].staleness += m.staleness;
+  }
+  emit();
+  const std::vector<async_leaf> leaves = merged_leaves(d, [&](std::size_t worker) {
+    const auto it = std::find_if(merged.begin(), merged.end(), [&](const auto& p) { return p.worker == worker; });
+    return std::span<const float>(*it->values);
+  });
+  std::span<float> sum = st.global->gradients();
+  async_weighted_sum(st.workers.size(), leaves, sum.first(parameters(st)));
+  st.last_lr = outer_rate(st, d.samples);
+  st.global->update_in_place(st.last_lr, d.samples);
+  publish(st);
+  for (pending_contribution& p : merged) {
+    st.claims->commit(p.claim);
+    st.samples += static_cast<std::int64_t>(p.claim.rows.size());
+    st.since_event += p.stats;
+    st.epoch_train += p.stats;
+  }
+  ++st.round;
+  ++st.epoch_rounds;
+  if (st.replay) {  // the global weights the rounds still to hand out start from
+    st.bases[st.round] = st.published;
+    std::erase_if(st.bases, [&](const auto& b) { return b.first < std::min(st.round, st.replay->oldest_base()); });
+  }
+  const auto now = clock_type::now();
+  const std::int64_t log_every = std::max<std::int64_t>(1, st.config.train.log_every);
+  if (st.round % log_every == 0) emit_step(st, now);
+  close_epochs(st, now);
+  const bool last = st.claims->all_done() || (st.config.train.max_steps > 0 && st.round >= st.config.train.max_steps);
+  if (last) {
+    if (st.since_event.samples > 0) emit_step(st, now);
+    finish(self, false);
+    return;
+  }
+  if (!st.replay) open_round(self);
+}
+
+// See Note [Async replay]: the recorded decisions whose contributions have
+// all arrived, in order.
+void follow_record(reducer_ptr self) {
+  auto& st = self->state;
+  while (st.running) {
+    const round_decision_event* next = st.replay->next_decision();
+    if (next == nullptr) {  // the recorded run ended here (it was stopped)
+      finish(self, true);
       return;
     }
-    open_round(self);
+    const auto here = [&](const round_contribution& c) {
+      return std::any_of(st.arrived.begin(), st.arrived.end(), [&](const pending_contribution& p) {
+        return static_cast<std::int64_t>(p.worker) == c.worker && p.worker_round == c.worker_round;
+      });
+    };
+    if (!std::all_of(next->merged.begin(), next->merged.end(), here) ||
+        !std::all_of(next->dropped.begin(), next->dropped.end(), here))
+      return;
+    if (next->round != st.round)
+      throw std::logic_error("async replay: a decision of round " + std::to_string(next->round) + " in round " +
+                             std::to_string(st.round));
+    async_decision d;
+    d.commit = next->committed;
+    for (const round_contribution& c : next->merged) {
+      const std::int64_t staleness = next->round - c.base_round;
+      const auto n = static_cast<double>(c.samples);
+      d.merged.push_back({static_cast<std::size_t>(c.worker), staleness, n, async_weight(n, staleness)});
+      d.samples += n;
+    }
+    for (const round_contribution& c : next->dropped)
+      d.dropped.push_back({static_cast<std::size_t>(c.worker), c.base_round, static_cast<double>(c.samples)});
+    st.replay->applied();
+    apply(self, d);
+  }
+}
+
+// See Note [Async rounds]: asks the rule (or the record being replayed),
+// drops, commits.
+void try_commit(reducer_ptr self) {
+  auto& st = self->state;
+  if (!st.running) return;
+  if (st.replay) {
+    follow_record(self);
+  } else if (!st.arrived.empty()) {
+    std::vector<async_contribution> arrived;
+    for (const pending_contribution& p : st.arrived)
+      arrived.push_back({p.worker, p.base_round, static_cast<double>(p.claim.rows.size())});
+    apply(self, st.rule->decide(st.round, arrived, alive(st), seconds_between(st.opened, clock_type::now())));
   }
   dispatch_all(self);
 }
 
 caf::behavior async_reducer(reducer_ptr self, job_config config, std::shared_ptr<const launch_plan> plan,
-                            std::shared_ptr<run_control> control, clock_type::time_point started) {
+                            std::shared_ptr<run_control> control, clock_type::time_point started,
+                            std::shared_ptr<async_record> record) {
   auto& st = self->state;
   // An exception here is a bug: the run ends with it, never hangs.
   self->set_exception_handler([self](std::exception_ptr& x) -> caf::error {
@@ -466,6 +574,12 @@ caf::behavior async_reducer(reducer_ptr self, job_config config, std::shared_ptr
   st.rule.emplace(rule);
   st.claims.emplace(st.plan->data.train->rows, static_cast<std::uint64_t>(c.train.seed), c.train.shuffle, c.train.epochs);
   st.workers.resize(K);
+  st.job_identity = std::move(record->job);
+  st.data_fingerprint = std::move(record->data);
+  if (record->replay) {
+    st.replay = std::move(record->replay);
+    st.bases[0] = st.published;
+  }
   st.balance = c.straggler.policy == straggler_policy::balance || c.straggler.policy == straggler_policy::balance_cut;
   return {
       [self](start_atom) {
@@ -510,7 +624,7 @@ caf::behavior async_reducer(reducer_ptr self, job_config config, std::shared_ptr
         st.bytes_sent += static_cast<std::int64_t>(parameters(st) * sizeof(float));
         // The deadline learns from fresh arrivals: seconds from their round's opening.
         if (m.base_round == st.round) st.rule->record_arrival(seconds_between(st.opened, clock_type::now()));
-        st.arrived.push_back({m.worker, m.base_round, std::move(m.claim), std::move(m.values), m.stats});
+        st.arrived.push_back({m.worker, m.worker_round, m.base_round, std::move(m.claim), std::move(m.values), m.stats});
         try_commit(self);
         dispatch_all(self);
       },
@@ -520,9 +634,11 @@ caf::behavior async_reducer(reducer_ptr self, job_config config, std::shared_ptr
 }  // namespace
 
 async_run spawn_async_run(caf::actor_system& system, const job_config& config, std::shared_ptr<const launch_plan> plan,
-                          std::shared_ptr<run_control> control, std::chrono::steady_clock::time_point started) {
+                          std::shared_ptr<run_control> control, std::chrono::steady_clock::time_point started,
+                          async_record record) {
   async_run run;
-  run.reducer = system.spawn<caf::detached>(async_reducer, config, plan, std::move(control), started);
+  run.reducer = system.spawn<caf::detached>(async_reducer, config, plan, std::move(control), started,
+                                            std::make_shared<async_record>(std::move(record)));
   for (int d = 0; d < plan->replicas; ++d)
     run.devices.push_back(system.spawn<caf::detached>(async_device, make_device_setup(config, *plan, d), run.reducer));
   caf::anon_send(run.reducer, run.devices);

@@ -35,18 +35,22 @@
 //   async_inner_steps.
 // What travels is counted as in the other modes' bytes_sent: a round's
 // parameters to the device and its contribution back, 4 bytes a float each.
-// Not built yet (docs/plans/async-rounds.md): faults other than slow and
-// jitter, joins, checkpoints, the decision record and --replay-rounds,
+// Each decision is recorded, and a run can follow a record instead of the
+// clock (See Note [Async replay], train/async_replay.hpp). Not built yet
+// (docs/plans/async-rounds.md): faults other than slow, joins, checkpoints,
 // several processes.
 
 #include <chrono>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include <caf/all.hpp>
 
 #include "actors/launch.hpp"
 #include "actors/run_control.hpp"
+#include "train/async_replay.hpp"
 
 namespace dpactor {
 
@@ -55,9 +59,18 @@ struct async_run {
   std::vector<caf::actor> devices;
 };
 
+// What the run records in its first decision, and the record it follows
+// instead of the clock (See Note [Async replay]).
+struct async_record {
+  std::string job;   // job_identity(config)
+  std::string data;  // data_fingerprint(train, test)
+  std::optional<async_replay> replay;
+};
+
 // Spawns the run's actors in `system` (nothing starts before the reducer
 // gets start_atom). The outcome and the events go through `control`.
 async_run spawn_async_run(caf::actor_system& system, const job_config& config, std::shared_ptr<const launch_plan> plan,
-                          std::shared_ptr<run_control> control, std::chrono::steady_clock::time_point started);
+                          std::shared_ptr<run_control> control, std::chrono::steady_clock::time_point started,
+                          async_record record);
 
 }  // namespace dpactor

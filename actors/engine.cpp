@@ -16,6 +16,7 @@
 #include "actors/launch.hpp"
 #include "actors/protocol.hpp"
 #include "actors/async_run.hpp"
+#include "config/job_identity.hpp"
 #include "actors/reducer.hpp"
 #include "data/record_puller.hpp"
 #include "config/job_config.hpp"
@@ -25,6 +26,47 @@
 
 namespace dpactor {
 namespace {
+
+// sync.mode = "async": what its first decision records, and with
+// run_options::replay_rounds the record it follows, checked against this job
+// (See Note [Async replay]).
+async_record async_record_of(const job_config& config, const run_options& options, const launch_plan& plan) {
+  async_record r;
+  // The job with its logical workers as the run has them (sync.workers = 0:
+  // one per device), so that a replay on other devices can name them.
+  job_config effective = config;
+  effective.sync.workers = plan.shape.workers;
+  r.job = job_identity(effective);
+  r.data = data_fingerprint(*plan.data.train, *plan.data.test);
+  if (options.replay_rounds.empty()) return r;
+  const std::string& path = options.replay_rounds;
+  std::vector<round_decision_event> decisions;
+  try {
+    decisions = read_round_decisions(path);
+  } catch (const std::exception& e) {
+    throw config_error(std::string("--replay-rounds ") + e.what());
+  }
+  if (decisions.empty())
+    throw config_error("--replay-rounds " + path + ": holds no round_decision records (it should be the --metrics file "
+                       "of a sync.mode = \"async\" run)");
+  const std::string difference = first_difference(r.job, decisions.front().job, "this run", "the recorded run");
+  if (!difference.empty())
+    throw config_error("--replay-rounds " + path + ": recorded another job: " + difference);
+  if (decisions.front().workers != plan.shape.workers)
+    throw config_error("--replay-rounds " + path + ": the recorded run had " + std::to_string(decisions.front().workers) +
+                       " logical workers, this one has " + std::to_string(plan.shape.workers) +
+                       (config.sync.workers == 0 ? " (sync.workers = 0: one per device)" : "") + ": set sync.workers = " +
+                       std::to_string(decisions.front().workers));
+  if (decisions.front().data != r.data)
+    throw data_error("--replay-rounds " + path + ": recorded a run on other data: " + decisions.front().data +
+                     " (the recorded run) against " + r.data + " (this run)");
+  try {
+    r.replay.emplace(std::move(decisions), static_cast<std::size_t>(plan.shape.workers));
+  } catch (const std::invalid_argument& e) {
+    throw config_error("--replay-rounds " + path + ": " + e.what());
+  }
+  return r;
+}
 
 // A service cannot re-execute itself the way the dpactor command does. See
 // Note [OpenBLAS kernels on CPUs newer than the library].
@@ -158,10 +200,10 @@ struct Engine::impl {
   // actor system running for them instead of destroying it: its memory is
   // leaked, and left_threads_behind() tells the program to _Exit.
   // sync.mode = "async": its own reducer and devices (See Note [Async rounds]).
-  void start_async(std::shared_ptr<const launch_plan> plan) {
+  void start_async(std::shared_ptr<const launch_plan> plan, async_record record) {
     auto cfg = make_system_config();
     auto sys = std::make_unique<caf::actor_system>(*cfg);
-    const async_run run = spawn_async_run(*sys, config, plan, control, started);
+    const async_run run = spawn_async_run(*sys, config, plan, control, started, std::move(record));
     caf::logger::set_current_actor_system(nullptr);  // as start() does: see there
     std::unique_lock lock(system_mutex);
     system_config = std::move(cfg);
@@ -283,6 +325,11 @@ void Engine::start() {
     throw config_error(config.source + ": sync.mode = \"async\" writes no checkpoints in this version, so it resumes "
                        "none: run without --resume");
   const auto plan = std::make_shared<const launch_plan>(prepare_launch(config, m.options, replica_count()));
+  if (!m.options.replay_rounds.empty() && config.sync.mode != sync_mode::async)
+    throw config_error("--replay-rounds " + m.options.replay_rounds + ": replays the decisions of a sync.mode = \"async\" "
+                       "run; this job's sync.mode is \"" + sync_mode_name(config.sync.mode) + "\"");
+  async_record record;
+  if (config.sync.mode == sync_mode::async) record = async_record_of(config, m.options, *plan);
   if (config.sync.mode == sync_mode::async)
     for (const fault_spec& f : plan->faults)
       if (f.kind != fault_kind::slow)
@@ -313,7 +360,7 @@ void Engine::start() {
   m.outcome = m.control->outcome();
 
   if (config.sync.mode == sync_mode::async) {
-    m.start_async(plan);
+    m.start_async(plan, std::move(record));
     return;
   }
   auto cfg = m.options.coordinator ? coordinator_role::system_config(config, *m.options.coordinator)

@@ -194,6 +194,7 @@ int run(int argc, char** argv, cli::signal_watch& signals) {
   run_options run;
   run.resume_from = opts.resume;
   run.init_from = opts.init_from;
+  run.replay_rounds = opts.replay_rounds;
   run.overwrite_checkpoints = opts.overwrite_checkpoints;
   if (opts.coordinator) {
     // (A build without Gloo refuses it as the engine starts.)

@@ -45,6 +45,10 @@ std::optional<int> parse_options(int argc, char** argv, options& out) {
       ->type_name("DIR");
   auto* init_from =
       app.add_option("--init-from", out.init_from, "Start from the weights in a model.safetensors file")->type_name("FILE");
+  app.add_option("--replay-rounds", out.replay_rounds,
+                 "sync.mode = \"async\": run the job again following the round decisions in an earlier run's "
+                 "--metrics FILE instead of the clock, to that run's bytes")
+      ->type_name("FILE");
   app.add_flag("--overwrite-checkpoints", out.overwrite_checkpoints,
                "Let this run replace checkpoints of the steps it writes that another run left in its checkpoint "
                "directory (without it, such a directory is refused before training)");
@@ -123,6 +127,7 @@ std::vector<run_input> run_inputs(const options& opts, const job_config& config)
       {"test_labels", &d.test_labels},   {"train_file", &d.train_file},     {"test_file", &d.test_file}};
   for (const auto& [key, path] : data_keys) add("a data file", std::string("data.") + key, *path);
   add("the weights to start from", "--init-from", opts.init_from);
+  add("the decisions to replay", "--replay-rounds", opts.replay_rounds);
   add("the checkpoint directory", "train.checkpoint_dir", config.train.checkpoint_dir, true);
   add("the checkpoint to resume from", "--resume", opts.resume, true);
   return inputs;

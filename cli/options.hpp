@@ -19,6 +19,7 @@ struct options {
   std::vector<std::string> inject; // --inject fault specs, added to faults.inject
   std::string resume;            // --resume DIR
   std::string init_from;         // --init-from FILE
+  std::string replay_rounds;     // --replay-rounds FILE
   bool overwrite_checkpoints = false;  // --overwrite-checkpoints
   std::string metrics;           // --metrics FILE
   std::string log_level = "info";
@@ -50,6 +51,7 @@ struct run_input {
 };
 
 // The config file, every data file `config` names, the --init-from weights,
+// the --replay-rounds record,
 // train.checkpoint_dir and the --resume checkpoint; those not set are left out.
 std::vector<run_input> run_inputs(const options& opts, const job_config& config);
 

@@ -7,7 +7,9 @@
 namespace dpactor {
 
 void event_feed::on_event(const event& e) {
-  if (std::holds_alternative<trained_event>(e)) return;
+  // A device's account and an async decision are records for programs, not
+  // for the page.
+  if (std::holds_alternative<trained_event>(e) || std::holds_alternative<round_decision_event>(e)) return;
   json j = to_json(e);
   entry x;
   x.type = j.value("event", "event");

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 #include <set>
 #include <stdexcept>
@@ -14,6 +15,7 @@
 #include "data/sampler.hpp"
 #include "train/async_claims.hpp"
 #include "train/async_merge.hpp"
+#include "train/async_replay.hpp"
 
 namespace dpactor {
 namespace {
@@ -153,6 +155,88 @@ TEST(AsyncMerge, TheOuterRateFollowsTheRoundsSamplesUnlessTheUserSetIt) {
   EXPECT_EQ(async_outer_rate(0.7, false, 1024, 2048), 0.35);
   EXPECT_EQ(async_outer_rate(0.7, false, 4096, 2048), 0.7);  // never above the plan's
   EXPECT_EQ(async_outer_rate(0.7, true, 1024, 2048), 0.7);   // sync.outer_lr as set
+}
+
+TEST(AsyncClaims, AClaimAtARecordedPlaceIsThoseOfTheEpochsOrder) {
+  async_claims q(10, 42, true, 2);
+  const std::vector<std::uint32_t> order1 = epoch_order(10, 42, 1, true);
+  const async_claim c = q.claim_at(1, 3, 4);
+  EXPECT_EQ(c.epoch, 1);
+  EXPECT_EQ(c.first, 3);
+  EXPECT_EQ(c.rows, std::vector<std::uint32_t>(order1.begin() + 3, order1.begin() + 7));
+  EXPECT_THROW(q.claim_at(1, 8, 4), std::out_of_range);
+  EXPECT_THROW(q.claim_at(2, 0, 1), std::out_of_range);
+}
+
+round_contribution contribution(std::int64_t worker, std::int64_t worker_round, std::int64_t base) {
+  return {worker, worker_round, base, 0, worker * 100 + worker_round * 10, 10};
+}
+
+// See Note [Async replay]: each worker's recorded rounds in its order, each
+// from its recorded base, and the decisions in the run's order.
+TEST(AsyncReplayPlan, AWorkersRoundsComeInItsOrderAndTheDecisionsInTheRunsOrder) {
+  std::vector<round_decision_event> d(3);
+  d[0].round = 0;
+  d[0].committed = true;
+  d[0].merged = {contribution(1, 0, 0)};
+  d[1].round = 1;  // a drop: round 1 stays open
+  d[1].dropped = {contribution(0, 0, 0)};
+  d[2].round = 1;
+  d[2].committed = true;
+  d[2].merged = {contribution(1, 1, 1), contribution(0, 1, 1)};
+  async_replay r(d, 2);
+  EXPECT_EQ(r.decisions(), 3u);
+  ASSERT_NE(r.next_round(0), nullptr);
+  EXPECT_EQ(r.next_round(0)->worker_round, 0);
+  EXPECT_EQ(r.oldest_base(), 0);
+  r.handed_out(0);
+  r.handed_out(1);
+  EXPECT_EQ(r.next_round(0)->worker_round, 1);
+  EXPECT_EQ(r.next_round(0)->base_round, 1);
+  EXPECT_EQ(r.oldest_base(), 1) << "round 0's weights are needed no more";
+  r.handed_out(0);
+  r.handed_out(1);
+  EXPECT_EQ(r.next_round(0), nullptr);
+  EXPECT_EQ(r.oldest_base(), std::numeric_limits<std::int64_t>::max());
+  EXPECT_THROW(r.handed_out(0), std::logic_error);
+  for (std::size_t i = 0; i < 3; ++i) {
+    ASSERT_NE(r.next_decision(), nullptr);
+    EXPECT_EQ(r.next_decision()->round, d[i].round);
+    r.applied();
+  }
+  EXPECT_EQ(r.next_decision(), nullptr);
+}
+
+TEST(AsyncReplayPlan, ARecordWhoseDecisionsDoNotFitIsRefusedSayingWhy) {
+  const auto why = [](std::vector<round_decision_event> d, std::size_t workers) {
+    try {
+      async_replay r(std::move(d), workers);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  round_decision_event a;
+  a.round = 0;
+  a.committed = true;
+  a.merged = {contribution(0, 0, 0)};
+  EXPECT_EQ(why({a}, 1), "(accepted)");
+  EXPECT_NE(why({a}, 0).find("logical worker 0 of a run with 0"), std::string::npos);
+  round_decision_event gap = a;
+  gap.round = 2;
+  gap.merged = {contribution(0, 1, 1)};
+  EXPECT_NE(why({a, gap}, 1).find("leave round 1 open"), std::string::npos) << why({a, gap}, 1);
+  round_decision_event future = a;
+  future.round = 1;
+  future.merged = {contribution(0, 1, 2)};
+  EXPECT_NE(why({a, future}, 1).find("from round 2"), std::string::npos) << why({a, future}, 1);
+  round_decision_event skip = a;
+  skip.round = 1;
+  skip.merged = {contribution(0, 2, 1)};
+  EXPECT_NE(why({a, skip}, 1).find("round 1 is missing"), std::string::npos) << why({a, skip}, 1);
+  round_decision_event empty = a;
+  empty.merged.clear();
+  EXPECT_NE(why({empty}, 1).find("commits nothing"), std::string::npos);
 }
 
 }  // namespace

@@ -6,10 +6,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <fstream>
+
 #include <dpactor/engine.hpp>
 #include <dpactor/error.hpp>
 #include "config/config_file.hpp"
 #include "tests/test_support.hpp"
+#include "train/event_json.hpp"
 
 namespace dpactor {
 namespace {
@@ -26,14 +30,16 @@ struct async_result {
   run_summary summary;
   std::vector<epoch_event> epochs;
   std::vector<step_event> steps;
+  std::vector<round_decision_event> decisions;
 };
 
-async_result train(const job_config& config) {
-  Engine engine(config);
+async_result train(const job_config& config, const run_options& options = {}) {
+  Engine engine(config, options);
   async_result r;
   engine.on_event([&](const event& e) {
     if (const auto* ep = std::get_if<epoch_event>(&e)) r.epochs.push_back(*ep);
     if (const auto* s = std::get_if<step_event>(&e)) r.steps.push_back(*s);
+    if (const auto* d = std::get_if<round_decision_event>(&e)) r.decisions.push_back(*d);
   });
   engine.start();
   r.summary = testing::wait_or_exit(engine, std::chrono::seconds(60), "the async run");
@@ -133,6 +139,113 @@ TEST(AsyncRounds, ASlowedWorkerClaimsFewerInnerStepsAndEverySampleIsCommittedOnc
   const step_event& last = r.steps.back();
   ASSERT_EQ(last.shares.size(), 4u);
   for (const std::size_t k : {0, 2, 3}) EXPECT_LT(last.shares[1], last.shares[k]) << "worker 1 runs on the slowed device";
+}
+
+// The decisions as a metrics file holds them (JSON Lines), with a record of
+// another kind between them, as the CLI writes it.
+void write_record(const std::filesystem::path& path, const std::vector<round_decision_event>& decisions) {
+  std::ofstream out(path);
+  out << to_json(event{membership_event{0, 0, {"cpu:0"}, {1}, "start"}}).dump() << "\n";
+  for (const round_decision_event& d : decisions) out << to_json(event{d}).dump() << "\n";
+}
+
+bool same_decisions(std::vector<round_decision_event> a, std::vector<round_decision_event> b) {
+  const auto text = [](std::vector<round_decision_event>& v) {
+    std::string t;
+    for (auto& d : v) {
+      d.job.clear();  // the first record's identity: the same job, but this compares the decisions
+      d.data.clear();
+      t += to_json(event{d}).dump() + "\n";
+    }
+    return t;
+  };
+  return text(a) == text(b);
+}
+
+// See Note [Async replay]: a run with a slowed worker, stale contributions
+// merged and others dropped, replayed from its decisions on 2 devices instead of 4,
+// without the slow-down, gives its bytes: the same test loss after every
+// epoch (one evaluation pass on the global model in both), the same
+// decisions, the same samples trained again.
+TEST(AsyncReplay, AReplayOfTheDecisionsGivesTheRunsBytesOnOtherDevices) {
+  testing::scratch_dir dir;
+  job_config c = async_job(4);
+  c.sync.quorum = 1;
+  c.sync.max_staleness = 1;
+  c.faults.inject = {"slow:3:3"};
+  const async_result first = train(c);
+  ASSERT_EQ(first.epochs.size(), 3u);
+  ASSERT_GT(first.summary.requeued, 0) << "nothing was dropped: the replay would not follow a drop";
+  const bool stale_merged = std::any_of(first.decisions.begin(), first.decisions.end(), [](const auto& d) {
+    return std::any_of(d.merged.begin(), d.merged.end(), [&](const auto& m) { return m.base_round < d.round; });
+  });
+  ASSERT_TRUE(stale_merged) << "no stale contribution merged: the replay would not weigh one";
+  ASSERT_FALSE(first.decisions.empty());
+  EXPECT_FALSE(first.decisions.front().job.empty());
+  write_record(dir / "m.jsonl", first.decisions);
+
+  job_config again = async_job(2);
+  again.sync.workers = 4;
+  again.sync.quorum = 1;
+  again.sync.max_staleness = 1;
+  run_options options;
+  options.replay_rounds = (dir / "m.jsonl").string();
+  const async_result replay = train(again, options);
+  ASSERT_EQ(replay.epochs.size(), 3u);
+  for (std::size_t e = 0; e < 3; ++e) {
+    EXPECT_EQ(replay.epochs[e].test_loss, first.epochs[e].test_loss) << "epoch " << e;
+    EXPECT_EQ(replay.epochs[e].train_loss, first.epochs[e].train_loss) << "epoch " << e;
+    EXPECT_EQ(replay.epochs[e].requeued, first.epochs[e].requeued) << "epoch " << e;
+  }
+  EXPECT_EQ(replay.summary.steps, first.summary.steps);
+  EXPECT_TRUE(same_decisions(replay.decisions, first.decisions)) << "a replay records the decisions it followed";
+}
+
+TEST(AsyncReplay, AReplayOfAnotherJobOrDataOrNoRecordIsRefusedNamingTheDifference) {
+  testing::scratch_dir dir;
+  job_config c = async_job(2);
+  c.train.epochs = 1;
+  const async_result first = train(c);
+  write_record(dir / "m.jsonl", first.decisions);
+  run_options options;
+  options.replay_rounds = (dir / "m.jsonl").string();
+  const auto refusal = [&](job_config job) {
+    return testing::error_of<dpactor::error>([&] { train(job, options); });
+  };
+  job_config lr = c;
+  lr.optimizer.lr = 0.07;
+  const std::string other_lr = refusal(lr);
+  EXPECT_NE(other_lr.find("optimizer.lr = 0.07 (this run) against 0.05 (the recorded run)"), std::string::npos) << other_lr;
+  job_config workers = c;
+  workers.cluster.cpus = 1;  // sync.workers = 0: one per device
+  const std::string other_workers = refusal(workers);
+  EXPECT_NE(other_workers.find("sync.workers = 1 (this run) against 2 (the recorded run)"), std::string::npos)
+      << other_workers;
+  job_config diloco = c;
+  diloco.sync.mode = sync_mode::diloco;
+  const std::string not_async = refusal(diloco);
+  EXPECT_NE(not_async.find("sync.mode = \"async\""), std::string::npos) << not_async;
+  // Other data under the same config: the record's fingerprint differs.
+  std::vector<round_decision_event> other = first.decisions;
+  other.front().data = "train 1 x 1 (1 classes) 0, test 1 x 1 (1 classes) 0";
+  write_record(dir / "other.jsonl", other);
+  options.replay_rounds = (dir / "other.jsonl").string();
+  const std::string data = testing::error_of<data_error>([&] { train(c, options); });
+  EXPECT_NE(data.find("recorded a run on other data: train 1 x 1"), std::string::npos) << data;
+  // A file with no decisions, and no file.
+  write_record(dir / "none.jsonl", {});
+  options.replay_rounds = (dir / "none.jsonl").string();
+  EXPECT_NE(refusal(c).find("holds no round_decision records"), std::string::npos);
+  options.replay_rounds = (dir / "absent.jsonl").string();
+  EXPECT_NE(refusal(c).find("absent.jsonl: cannot read"), std::string::npos);
+  // A record whose decisions do not fit together: a worker's round decided twice.
+  std::vector<round_decision_event> twice = first.decisions;
+  twice.back().committed = true;
+  twice.push_back(twice.back());
+  twice.back().round = twice[twice.size() - 2].round + 1;
+  write_record(dir / "twice.jsonl", twice);
+  options.replay_rounds = (dir / "twice.jsonl").string();
+  EXPECT_NE(refusal(c).find("is decided twice"), std::string::npos) << refusal(c);
 }
 
 std::string async_error(const std::vector<std::string>& sets) {

@@ -52,6 +52,16 @@ std::optional<async_claim> async_claims::claim(std::size_t n) {
   return std::nullopt;
 }
 
+async_claim async_claims::claim_at(std::int64_t epoch, std::int64_t first, std::size_t n) {
+  if (epoch < done_ || epoch >= epochs_ || first < 0 || n == 0 || static_cast<std::size_t>(first) + n > samples_)
+    throw std::out_of_range("async_claims::claim_at: epoch " + std::to_string(epoch) + " positions [" +
+                            std::to_string(first) + ", " + std::to_string(first + static_cast<std::int64_t>(n)) +
+                            ") are not an open epoch's");
+  const epoch_state& s = at(epoch);
+  const auto b = s.order.begin() + first;
+  return async_claim{epoch, first, {b, b + static_cast<std::ptrdiff_t>(n)}};
+}
+
 void async_claims::commit(const async_claim& c) {
   const auto it = open_.find(c.epoch);
   if (it == open_.end()) throw std::logic_error("async_claims::commit: epoch " + std::to_string(c.epoch) + " is not open");

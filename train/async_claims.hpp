@@ -49,6 +49,10 @@ class async_claims {
   // samples first, then its order where it was left; nullopt once every
   // epoch is handed out.
   std::optional<async_claim> claim(std::size_t n);
+  // The claim positions [first, first + n) of epoch e's order make, as a
+  // run's record names it (See Note [Async replay]): handed out by the run
+  // being replayed, so nothing here hands it out again.
+  async_claim claim_at(std::int64_t epoch, std::int64_t first, std::size_t n);
   // The claim's samples are trained (a round merged its contribution).
   void commit(const async_claim& c);
   // The claim's samples were not trained: they go back to the front of

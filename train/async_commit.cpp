@@ -56,7 +56,7 @@ async_decision async_commit::decide(std::int64_t round, std::span<const async_co
       d.dropped.push_back(c);
       continue;
     }
-    d.merged.push_back({c.worker, staleness, c.samples, c.samples / (1.0 + static_cast<double>(staleness))});
+    d.merged.push_back({c.worker, staleness, c.samples, async_weight(c.samples, staleness)});
     d.samples += c.samples;
   }
   const std::size_t needed = std::min(rule_.quorum, std::max<std::size_t>(alive, 1));

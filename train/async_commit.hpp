@@ -64,6 +64,12 @@ struct async_decision {
   double samples = 0.0;                   // the merged samples: what the weighted sum is divided by
 };
 
+// A merged contribution's weight: samples / (1 + staleness). (A replay
+// recomputes it from the record: See Note [Async replay].)
+inline double async_weight(double samples, std::int64_t staleness) noexcept {
+  return samples / (1.0 + static_cast<double>(staleness));
+}
+
 class async_commit {
  public:
   explicit async_commit(async_rule rule);

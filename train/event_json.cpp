@@ -56,7 +56,47 @@ json to_json(const trained_event& e) {
           {"samples", e.samples}, {"digest", e.digest}, {"carried", e.carried}, {"generation", e.generation}};
 }
 
+json to_json(const round_contribution& c) {
+  return {{"worker", c.worker}, {"worker_round", c.worker_round}, {"base_round", c.base_round},
+          {"epoch", c.epoch},   {"first", c.first},               {"samples", c.samples}};
+}
+
+json to_json(const round_decision_event& e) {
+  json merged = json::array(), dropped = json::array();
+  for (const auto& c : e.merged) merged.push_back(to_json(c));
+  for (const auto& c : e.dropped) dropped.push_back(to_json(c));
+  json j{{"event", "round_decision"}, {"round", e.round}, {"committed", e.committed},
+         {"merged", std::move(merged)}, {"dropped", std::move(dropped)}};
+  if (!e.job.empty()) j["job"] = e.job;
+  if (!e.data.empty()) j["data"] = e.data;
+  if (e.workers > 0) j["workers"] = e.workers;
+  return j;
+}
+
+round_contribution contribution_from_json(const json& j) {
+  round_contribution c;
+  c.worker = j.at("worker").get<std::int64_t>();
+  c.worker_round = j.at("worker_round").get<std::int64_t>();
+  c.base_round = j.at("base_round").get<std::int64_t>();
+  c.epoch = j.at("epoch").get<std::int64_t>();
+  c.first = j.at("first").get<std::int64_t>();
+  c.samples = j.at("samples").get<std::int64_t>();
+  return c;
+}
+
 }  // namespace
+
+round_decision_event round_decision_from_json(const json& j) {
+  round_decision_event e;
+  e.round = j.at("round").get<std::int64_t>();
+  e.committed = j.at("committed").get<bool>();
+  for (const json& c : j.at("merged")) e.merged.push_back(contribution_from_json(c));
+  for (const json& c : j.at("dropped")) e.dropped.push_back(contribution_from_json(c));
+  e.job = j.value("job", "");
+  e.data = j.value("data", "");
+  e.workers = j.value("workers", std::int64_t{0});
+  return e;
+}
 
 json to_json(const event& e) {
   return std::visit([](const auto& v) { return to_json(v); }, e);

@@ -9,5 +9,8 @@ namespace dpactor {
 
 json to_json(const event& e);
 json to_json(const run_summary& s);
+// A "round_decision" record back (a replay reads them: docs/async.md);
+// throws json's exceptions on a missing or mistyped field.
+round_decision_event round_decision_from_json(const json& j);
 
 }  // namespace dpactor

@@ -77,6 +77,10 @@ struct coordinator_options {
 struct run_options {
   std::string resume_from;  // checkpoint directory, or a root holding `latest`
   std::string init_from;    // model.safetensors to start from (optimizer fresh)
+  // sync.mode = "async": the metrics file (JSON Lines) of an earlier run of
+  // the same job, whose round_decision records this run follows instead of
+  // the clock, to that run's bytes (docs/async.md, "Replay").
+  std::string replay_rounds;
   // Lets the run replace checkpoints of the steps it writes that another run
   // left in its checkpoint directory; without it such a directory is refused
   // before anything starts (See Note [A run owns its checkpoints]).

@@ -105,7 +105,33 @@ struct trained_event {
   std::int64_t generation = 0;
 };
 
-using event = std::variant<step_event, epoch_event, membership_event, recovery_event, checkpoint_event, trained_event>;
+// sync.mode = "async": one decision of the commit rule that merged or
+// dropped contributions, in the order the run made them; with the run's
+// config and data they fix its bytes (docs/async.md, "Replay":
+// run_options::replay_rounds runs a job again following them).
+struct round_contribution {
+  std::int64_t worker = 0;
+  std::int64_t worker_round = 0;  // the worker's own round counter (its first round is 0)
+  std::int64_t base_round = 0;    // the committed rounds of the global weights it started from
+  // Its claim: positions [first, first + samples) of epoch `epoch`'s order.
+  std::int64_t epoch = 0;
+  std::int64_t first = 0;
+  std::int64_t samples = 0;
+};
+struct round_decision_event {
+  std::int64_t round = 0;         // the open round: committed rounds before it
+  bool committed = false;         // the round committed, merging `merged`
+  std::vector<round_contribution> merged;   // in arrival order
+  std::vector<round_contribution> dropped;  // past sync.max_staleness: their samples went back
+  // The run's first record only: what a replay must match (the config
+  // without its node-specific parts, and the data's fingerprint).
+  std::string job;
+  std::string data;
+  std::int64_t workers = 0;  // K logical workers (the first record only)
+};
+
+using event = std::variant<step_event, epoch_event, membership_event, recovery_event, checkpoint_event, trained_event,
+                           round_decision_event>;
 
 struct run_summary {
   double test_accuracy = 0.0;

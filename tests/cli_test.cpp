@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "tensors/safetensors.hpp"
+#include "tensors/json.hpp"
 #include "tests/cli_support.hpp"
 
 namespace dpactor {
@@ -37,6 +38,38 @@ TEST_F(Cli, TrainsTheSmallJobAndWritesMetrics) {
                           "\"steps\":10", "\"epochs\":2"})
     EXPECT_NE(last.find(key), std::string::npos) << key << " missing from the summary record: " << last;
   EXPECT_EQ(testing::read_text(dir / "checkpoints" / "latest"), "step-00000010\n") << "a checkpoint at the end";
+}
+
+// sync.mode = "async": --replay-rounds follows the round decisions of an
+// earlier run's --metrics file to its bytes (the same test loss, to the last
+// printed digit of the summary record), and may not be the metrics file of
+// the replay itself (an input).
+TEST_F(Cli, AnAsyncRunIsReplayedFromItsMetricsFile) {
+  const std::vector<std::string> job{"--model", "job.cfg", "--set", "sync.mode=\"async\"", "--set",
+                                     "sync.every=2", "--set", "train.checkpoint_dir=\"\"", "--set", "sync.workers=2"};
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> args = job;
+    args.insert(args.end(), more.begin(), more.end());
+    return testing::run_cli(args, dir.path());
+  };
+  const auto first = with({"--cpus", "2", "--inject", "slow:1:3", "--metrics", "first.jsonl"});
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const auto replay = with({"--cpus", "1", "--replay-rounds", "first.jsonl", "--metrics", "replay.jsonl"});
+  ASSERT_EQ(replay.exit_code, 0) << replay.output;
+  const auto test_loss = [&](const char* file) {
+    const std::string text = testing::read_text(dir / file);
+    const json summary = json::parse(text.substr(text.rfind("{\"event\":\"summary\"")));
+    return summary.at("test_loss").get<double>();
+  };
+  EXPECT_EQ(test_loss("replay.jsonl"), test_loss("first.jsonl"));
+  const auto itself = with({"--cpus", "2", "--replay-rounds", "first.jsonl", "--metrics", "first.jsonl"});
+  EXPECT_EQ(itself.exit_code, 2) << itself.output;
+  EXPECT_NE(itself.output.find("--replay-rounds"), std::string::npos) << itself.output;
+  EXPECT_EQ(testing::read_text(dir / "first.jsonl").find("\"event\":\"summary\"") != std::string::npos, true)
+      << "the record is untouched";
+  const auto other = with({"--cpus", "2", "--set", "optimizer.lr=0.2", "--replay-rounds", "first.jsonl"});
+  EXPECT_EQ(other.exit_code, 2) << other.output;
+  EXPECT_NE(other.output.find("optimizer.lr = 0.2 (this run) against"), std::string::npos) << other.output;
 }
 
 TEST_F(Cli, HelpAndVersionExitZero) {

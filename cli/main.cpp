@@ -276,9 +276,9 @@ int run(int argc, char** argv, cli::signal_watch& signals) {
   });
   const auto signal_name = [](int sig) { return sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "SIGTERM"; };
   signals.start(
-      [&engine, signal_name](int sig) {
-        spdlog::warn("received {}: stopping at the next step boundary and writing a checkpoint (again to abort)",
-                     signal_name(sig));
+      [&engine, signal_name, checkpoints = !config.train.checkpoint_dir.empty()](int sig) {
+        spdlog::warn("received {}: stopping at the next step boundary{} (again to abort)", signal_name(sig),
+                     checkpoints ? " and writing a checkpoint" : "");
         engine.stop();
       },
       [&](int sig) {

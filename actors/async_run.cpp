@@ -19,6 +19,7 @@
 #include "train/async_commit.hpp"
 #include "train/async_merge.hpp"
 #include "train/async_replay.hpp"
+#include "train/sample_digest.hpp"
 
 namespace dpactor {
 
@@ -106,6 +107,18 @@ caf::behavior async_device(caf::stateful_actor<async_device_state>* self, std::s
           out.stats = st.setup->workers->run(m.worker, m.worker_round, m.first_position, m.claim.rows,
                                              *st.setup->train, *m.global, *values, st.progress);
           out.values = std::move(values);
+          // train.record_trained: what it trained, by its own account.
+          if (st.setup->on_trained) {
+            trained_event t;
+            t.device = st.setup->name;
+            t.step = m.worker_round;
+            t.epoch = m.claim.epoch;
+            t.samples = static_cast<std::int64_t>(m.claim.rows.size());
+            t.digest = sample_digest(m.claim.rows);
+            t.worker = static_cast<std::int64_t>(m.worker);
+            t.worker_round = m.worker_round;
+            st.setup->on_trained(t);
+          }
           const double factor = slow_factor(*st.setup, m.base_round);
           if (factor > 1.0)
             std::this_thread::sleep_for(std::chrono::duration<double>((factor - 1.0) * seconds_between(start, clock_type::now())));
@@ -637,10 +650,13 @@ async_run spawn_async_run(caf::actor_system& system, const job_config& config, s
                           std::shared_ptr<run_control> control, std::chrono::steady_clock::time_point started,
                           async_record record) {
   async_run run;
-  run.reducer = system.spawn<caf::detached>(async_reducer, config, plan, std::move(control), started,
+  run.reducer = system.spawn<caf::detached>(async_reducer, config, plan, control, started,
                                             std::make_shared<async_record>(std::move(record)));
-  for (int d = 0; d < plan->replicas; ++d)
-    run.devices.push_back(system.spawn<caf::detached>(async_device, make_device_setup(config, *plan, d), run.reducer));
+  for (int d = 0; d < plan->replicas; ++d) {
+    auto setup = make_device_setup(config, *plan, d);
+    if (config.train.record_trained) setup->on_trained = [control](const trained_event& e) { control->emit(e); };
+    run.devices.push_back(system.spawn<caf::detached>(async_device, std::move(setup), run.reducer));
+  }
   caf::anon_send(run.reducer, run.devices);
   return run;
 }

@@ -43,9 +43,6 @@ void validate_async(const job_config& c, const std::string& where) {
     throw config_error(where + mode + " writes no checkpoints in this version (the claims in flight and the "
                        "global rounds their contributions started from are not saved yet): set "
                        "train.checkpoint_dir = \"\"");
-  if (c.train.record_trained)
-    throw config_error(where + mode + " does not report trained events in this version: set "
-                       "train.record_trained = false");
 }
 
 // The [sync] section against the rest of the job (docs/async.md).

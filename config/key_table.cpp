@@ -211,7 +211,8 @@ const std::vector<key_spec>& keys() {
               "Audit: every device reports, for every step it applied, how many samples it trained and a digest "
               "of their indices, with a checksum of the state it carried into the step (\"trained\" events and "
               "metrics records), so that exactly-once and identical replicas can be checked from outside the "
-              "engine.");
+              "engine. In sync.mode = \"async\": every round it ran, naming the logical worker and its round, which "
+              "counts if a round_decision merged it.");
 
     b.section = "cluster";
     b.keys.push_back({"cluster", "gpus", "array of integers",

@@ -8,12 +8,17 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
+#include <mutex>
+#include <numeric>
+#include <set>
 
 #include <dpactor/engine.hpp>
 #include <dpactor/error.hpp>
 #include "config/config_file.hpp"
 #include "tests/test_support.hpp"
 #include "train/event_json.hpp"
+#include "train/sample_digest.hpp"
 
 namespace dpactor {
 namespace {
@@ -31,15 +36,19 @@ struct async_result {
   std::vector<epoch_event> epochs;
   std::vector<step_event> steps;
   std::vector<round_decision_event> decisions;
+  std::vector<trained_event> trained;
 };
 
 async_result train(const job_config& config, const run_options& options = {}) {
   Engine engine(config, options);
   async_result r;
+  std::mutex mutex;  // devices report what they trained from their own threads
   engine.on_event([&](const event& e) {
+    const std::lock_guard lock(mutex);
     if (const auto* ep = std::get_if<epoch_event>(&e)) r.epochs.push_back(*ep);
     if (const auto* s = std::get_if<step_event>(&e)) r.steps.push_back(*s);
     if (const auto* d = std::get_if<round_decision_event>(&e)) r.decisions.push_back(*d);
+    if (const auto* t = std::get_if<trained_event>(&e)) r.trained.push_back(*t);
   });
   engine.start();
   r.summary = testing::wait_or_exit(engine, std::chrono::seconds(60), "the async run");
@@ -89,13 +98,38 @@ TEST(AsyncRounds, WithEveryWorkerInEveryRoundItIsDilocoToTheBytes) {
 // A quorum of one and no staleness allowed: a round commits with the first
 // contribution, and the others that started from it are all stale by the
 // time they arrive: dropped, their samples trained later in the epoch. Every
-// epoch still ends with each of its samples committed once.
+// epoch still ends with each of its samples committed once: by the ledger's
+// count, and by the devices' own account (each device's trained_event of
+// each round it ran, counted where a decision merged that round).
 TEST(AsyncRounds, ContributionsDroppedAsStaleAreTrainedLaterAndEveryEpochCommitsEachSampleOnce) {
   job_config c = async_job(4);
   c.sync.quorum = 1;
   c.sync.max_staleness = 0;
+  c.train.record_trained = true;
   c.faults.inject = {"slow:3:3"};
   const async_result r = train(c);
+  std::set<std::pair<std::int64_t, std::int64_t>> merged, dropped_rounds;  // (worker, worker_round)
+  for (const round_decision_event& d : r.decisions) {
+    for (const auto& m : d.merged) merged.insert({m.worker, m.worker_round});
+    for (const auto& m : d.dropped) dropped_rounds.insert({m.worker, m.worker_round});
+  }
+  std::vector<std::uint32_t> every(1024);
+  std::iota(every.begin(), every.end(), 0u);
+  std::map<std::int64_t, std::pair<std::int64_t, std::uint64_t>> by_epoch;  // samples, digest
+  std::size_t reported_dropped = 0;
+  for (const trained_event& t : r.trained) {
+    ASSERT_GE(t.worker, 0) << "an async device names the worker and its round";
+    if (dropped_rounds.count({t.worker, t.worker_round})) ++reported_dropped;
+    if (!merged.count({t.worker, t.worker_round})) continue;
+    by_epoch[t.epoch].first += t.samples;
+    by_epoch[t.epoch].second += t.digest;
+  }
+  EXPECT_EQ(reported_dropped, dropped_rounds.size()) << "the devices reported the rounds that were dropped too";
+  ASSERT_EQ(by_epoch.size(), 3u);
+  for (const auto& [epoch, account] : by_epoch) {
+    EXPECT_EQ(account.first, 1024) << "epoch " << epoch;
+    EXPECT_EQ(account.second, sample_digest(every)) << "epoch " << epoch << ": a sample twice or missing";
+  }
   ASSERT_EQ(r.epochs.size(), 3u);
   std::int64_t requeued = 0;
   for (const epoch_event& e : r.epochs) {

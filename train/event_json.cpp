@@ -52,8 +52,13 @@ json to_json(const checkpoint_event& e) {
 }
 
 json to_json(const trained_event& e) {
-  return {{"event", "trained"}, {"device", e.device}, {"step", e.step + 1},   {"epoch", e.epoch},
-          {"samples", e.samples}, {"digest", e.digest}, {"carried", e.carried}, {"generation", e.generation}};
+  json j{{"event", "trained"}, {"device", e.device}, {"step", e.step + 1},   {"epoch", e.epoch},
+         {"samples", e.samples}, {"digest", e.digest}, {"carried", e.carried}, {"generation", e.generation}};
+  if (e.worker >= 0) {
+    j["worker"] = e.worker;
+    j["worker_round"] = e.worker_round;
+  }
+  return j;
 }
 
 json to_json(const round_contribution& c) {

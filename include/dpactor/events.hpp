@@ -103,6 +103,11 @@ struct trained_event {
   // then rolls back: it counts only if no later generation starts at or
   // before its step.
   std::int64_t generation = 0;
+  // sync.mode = "async": the logical worker and its own round number (See
+  // round_decision_event): its samples count if a decision merged that round;
+  // `step` is then the worker's round too, and `carried` 0. -1 otherwise.
+  std::int64_t worker = -1;
+  std::int64_t worker_round = -1;
 };
 
 // sync.mode = "async": one decision of the commit rule that merged or

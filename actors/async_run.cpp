@@ -1,4 +1,6 @@
 #include "actors/async_run.hpp"
+#include "actors/async_device.hpp"
+#include "actors/async_messages.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +9,6 @@
 #include <map>
 #include <numeric>
 #include <optional>
-#include <thread>
 #include <utility>
 
 #include <dpactor/error.hpp>
@@ -19,43 +20,6 @@
 #include "train/async_commit.hpp"
 #include "train/async_merge.hpp"
 #include "train/async_replay.hpp"
-#include "train/sample_digest.hpp"
-
-namespace dpactor {
-
-// A logical worker's round, reducer -> device (See Note [Async rounds]).
-struct async_round_msg {
-  std::size_t worker = 0;
-  std::int64_t worker_round = 0;  // the worker's own round counter: its state's key in the store
-  std::int64_t base_round = 0;    // the committed rounds the parameters have
-  std::shared_ptr<const std::vector<float>> global;
-  async_claim claim;
-  double first_position = 0.0;    // on the inner schedule
-};
-
-// Its contribution, device -> reducer.
-struct async_contribution_msg {
-  std::size_t device = 0;
-  std::size_t worker = 0;
-  std::int64_t worker_round = 0;
-  std::int64_t base_round = 0;
-  async_claim claim;
-  std::shared_ptr<const std::vector<float>> values;  // n_k (global_b - inner_k); null on error
-  batch_stats stats;
-  double seconds = 0.0;
-  std::string error;
-};
-
-// The open round's deadline, reducer -> itself.
-struct async_deadline_msg {
-  std::int64_t round = 0;
-};
-
-}  // namespace dpactor
-
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dpactor::async_round_msg)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dpactor::async_contribution_msg)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dpactor::async_deadline_msg)
 
 namespace dpactor {
 namespace {
@@ -70,69 +34,6 @@ double mean_loss(const batch_stats& s) { return s.samples > 0 ? s.loss_sum / sta
 double accuracy(const batch_stats& s) {
   return s.samples > 0 ? static_cast<double>(s.correct) / static_cast<double>(s.samples) : 0.0;
 }
-
-// ---- a device ----------------------------------------------------------------
-
-struct async_device_state {
-  std::shared_ptr<device_setup> setup;
-  caf::actor reducer;
-  device_progress progress;
-  static inline const char* name = "dpactor.async_device";
-};
-
-// slow:R:F (and jitter) from fault_plan: the round takes F times as long,
-// as a slowed device's steps do.
-double slow_factor(const device_setup& setup, std::int64_t round) {
-  double factor = 1.0;
-  for (const fault_spec& f : setup.faults)
-    if (f.kind == fault_kind::slow && round + 1 >= f.step) factor *= f.factor;
-  return factor;
-}
-
-caf::behavior async_device(caf::stateful_actor<async_device_state>* self, std::shared_ptr<device_setup> setup,
-                           caf::actor reducer) {
-  self->state.setup = std::move(setup);
-  self->state.reducer = std::move(reducer);
-  return {
-      [self](async_round_msg& m) {
-        auto& st = self->state;
-        async_contribution_msg out;
-        out.device = static_cast<std::size_t>(st.setup->id);
-        out.worker = m.worker;
-        out.worker_round = m.worker_round;
-        out.base_round = m.base_round;
-        const auto start = clock_type::now();
-        try {
-          auto values = std::make_shared<std::vector<float>>(m.global->size());
-          out.stats = st.setup->workers->run(m.worker, m.worker_round, m.first_position, m.claim.rows,
-                                             *st.setup->train, *m.global, *values, st.progress);
-          out.values = std::move(values);
-          // train.record_trained: what it trained, by its own account.
-          if (st.setup->on_trained) {
-            trained_event t;
-            t.device = st.setup->name;
-            t.step = m.worker_round;
-            t.epoch = m.claim.epoch;
-            t.samples = static_cast<std::int64_t>(m.claim.rows.size());
-            t.digest = sample_digest(m.claim.rows);
-            t.worker = static_cast<std::int64_t>(m.worker);
-            t.worker_round = m.worker_round;
-            st.setup->on_trained(t);
-          }
-          const double factor = slow_factor(*st.setup, m.base_round);
-          if (factor > 1.0)
-            std::this_thread::sleep_for(std::chrono::duration<double>((factor - 1.0) * seconds_between(start, clock_type::now())));
-        } catch (const std::exception& e) {
-          out.error = st.setup->name + ": " + e.what();
-        }
-        out.seconds = seconds_between(start, clock_type::now());
-        out.claim = std::move(m.claim);
-        self->send(st.reducer, std::move(out));
-      },
-  };
-}
-
-// ---- the reducer -----------------------------------------------------------
 
 struct async_worker {
   std::int64_t rounds = 0;     // rounds run: the next one's key in the store

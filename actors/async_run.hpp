@@ -1,8 +1,9 @@
 #pragma once
 // sync.mode = "async" in one process (docs/async.md, "Asynchronous rounds";
 // DESIGN.md, "Rounds"): a reducer that commits rounds on a quorum and a
-// deadline, and device actors that each run one logical worker's round at a
-// time, on request, and never wait for each other.
+// deadline (actors/async_run.cpp), and device actors that each run one
+// logical worker's round at a time, on request, and never wait for each
+// other (actors/async_device.cpp); their messages: actors/async_messages.hpp.
 //
 // Note [Async rounds]
 // The round modes' pipeline ends every round in one collective that all

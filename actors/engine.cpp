@@ -190,15 +190,6 @@ struct Engine::impl {
   std::shared_ptr<std::vector<spawned_device>> spawned = std::make_shared<std::vector<spawned_device>>();
   std::atomic<bool> left_behind{false};
 
-  // Note [Bounded shutdown]
-  // ~actor_system waits for every actor to finish, and a detached actor
-  // finishes only when its thread returns. A device thread stuck for good (a
-  // hung driver call; the fault spec stuck:R@S) would hold the teardown, and
-  // with it Engine::wait() and the program, forever. The teardown asks every
-  // actor to exit and waits up to shutdown_bound for them; past it, it logs
-  // the devices still inside a step (by their last phase) and leaves the
-  // actor system running for them instead of destroying it: its memory is
-  // leaked, and left_threads_behind() tells the program to _Exit.
   // sync.mode = "async": its own reducer and devices (See Note [Async rounds]).
   void start_async(std::shared_ptr<const launch_plan> plan, async_record record) {
     auto cfg = make_system_config();
@@ -217,6 +208,15 @@ struct Engine::impl {
     caf::anon_send(run.reducer, start_atom::value);
   }
 
+  // Note [Bounded shutdown]
+  // ~actor_system waits for every actor to finish, and a detached actor
+  // finishes only when its thread returns. A device thread stuck for good (a
+  // hung driver call; the fault spec stuck:R@S) would hold the teardown, and
+  // with it Engine::wait() and the program, forever. The teardown asks every
+  // actor to exit and waits up to shutdown_bound for them; past it, it logs
+  // the devices still inside a step (by their last phase) and leaves the
+  // actor system running for them instead of destroying it: its memory is
+  // leaked, and left_threads_behind() tells the program to _Exit.
   void teardown() {
     std::unique_lock lock(system_mutex);
     if (!system) return;

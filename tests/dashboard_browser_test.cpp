@@ -48,14 +48,12 @@ int attribute_number(const std::string& dom, const std::string& id, const std::s
   return std::regex_search(dom, m, re) ? std::stoi(m[1]) : -1;
 }
 
-TEST(DashboardBrowser, ThePageDrawsTheRunLiveFromItsEvents) {
-  const std::string chromium = find_chromium();
-  if (chromium.empty()) GTEST_SKIP() << "Chromium is not installed (apt-get install chromium): the dashboard is not tested in a browser";
-  testing::scratch_dir dir;
-  job_config c = load_job_config(std::string(DPACTOR_SOURCE_DIR) + "/configs/mlp.cfg",
-                                 {"train.epochs=200", "train.checkpoint_dir=\"\"", "cluster.cpus=2",
-                                  "train.log_every=25", "optimizer.schedule=\"constant\"",
-                                  "faults.inject=[\"fail:1@900\", \"join:cpu@1400\"]"});
+// Trains `c` with the service in front of it until `epochs` epochs are
+// done, loads the dashboard in headless Chromium (`budget_ms` of virtual
+// time; DPACTOR_DASHBOARD_SCREENSHOT with `screenshot`), stops the run and
+// returns the page as the browser drew it ("" if the job did not train).
+std::string page_while_training(const job_config& c, int epochs, const std::string& chromium,
+                                const std::filesystem::path& profile, int budget_ms, bool screenshot) {
   auto board = std::make_shared<metrics_board>();
   auto feed = std::make_shared<event_feed>();
   http_service_options o;
@@ -64,24 +62,40 @@ TEST(DashboardBrowser, ThePageDrawsTheRunLiveFromItsEvents) {
   // stream that ends every second lets it go on (the page reconnects).
   o.events_max_duration = 1000ms;
   http_service service(board, o);
-  std::atomic<int> epochs{0};
+  std::atomic<int> done{0};
   Engine engine(c);
   engine.on_event([&](const event& e) {
     board->on_event(e);
     feed->on_event(e);
-    if (std::holds_alternative<epoch_event>(e)) ++epochs;
+    if (std::holds_alternative<epoch_event>(e)) ++done;
   });
   engine.start();
-  ASSERT_TRUE(testing::eventually([&] { return epochs >= 4; }, 120s)) << "the job did not train";
-  const std::string url = "http://127.0.0.1:" + std::to_string(service.port()) + "/";
-  const std::string browser = "timeout 120 " + chromium + " --headless --no-sandbox --disable-gpu --hide-scrollbars " +
-                              "--user-data-dir=" + (dir / "profile").string() +
-                              " --window-size=1280,900 --virtual-time-budget=5000 ";
-  const std::string dom = output_of(browser + "--dump-dom " + url + " 2>/dev/null");
-  if (const char* shot = std::getenv("DPACTOR_DASHBOARD_SCREENSHOT"))
-    output_of(browser + "--screenshot=" + std::string(shot) + " " + url + " 2>/dev/null");
+  std::string dom;
+  if (testing::eventually([&] { return done >= epochs; }, 120s)) {
+    const std::string url = "http://127.0.0.1:" + std::to_string(service.port()) + "/";
+    const std::string browser = "timeout 120 " + chromium + " --headless --no-sandbox --disable-gpu --hide-scrollbars " +
+                                "--user-data-dir=" + profile.string() + " --window-size=1280,900 --virtual-time-budget=" +
+                                std::to_string(budget_ms) + " ";
+    dom = output_of(browser + "--dump-dom " + url + " 2>/dev/null");
+    if (const char* shot = std::getenv("DPACTOR_DASHBOARD_SCREENSHOT"); shot && screenshot)
+      output_of(browser + "--screenshot=" + std::string(shot) + " " + url + " 2>/dev/null");
+  } else {
+    ADD_FAILURE() << "the job did not train";
+  }
   engine.stop();
   testing::wait_or_exit(engine, 120s, "the dashboard's run");
+  return dom;
+}
+
+TEST(DashboardBrowser, ThePageDrawsTheRunLiveFromItsEvents) {
+  const std::string chromium = find_chromium();
+  if (chromium.empty()) GTEST_SKIP() << "Chromium is not installed (apt-get install chromium): the dashboard is not tested in a browser";
+  testing::scratch_dir dir;
+  job_config c = load_job_config(std::string(DPACTOR_SOURCE_DIR) + "/configs/mlp.cfg",
+                                 {"train.epochs=200", "train.checkpoint_dir=\"\"", "cluster.cpus=2",
+                                  "train.log_every=25", "optimizer.schedule=\"constant\"",
+                                  "faults.inject=[\"fail:1@900\", \"join:cpu@1400\"]"});
+  const std::string dom = page_while_training(c, 4, chromium, dir / "profile", 5000, true);
   ASSERT_FALSE(dom.empty()) << "Chromium gave no page";
   EXPECT_GT(attribute_number(dom, "loss", "data-points"), 20) << dom.substr(0, 2000);
   EXPECT_GT(attribute_number(dom, "accuracy", "data-points"), 20);
@@ -104,27 +118,7 @@ TEST(DashboardBrowser, AnAsyncRunShowsItsLogicalWorkers) {
                                  {"train.epochs=200", "train.checkpoint_dir=\"\"", "cluster.cpus=3",
                                   "sync.mode=\"async\"", "sync.workers=2", "train.log_every=5",
                                   "faults.inject=[\"slow:1:3\"]"});
-  auto board = std::make_shared<metrics_board>();
-  auto feed = std::make_shared<event_feed>();
-  http_service_options o;
-  o.events = feed;
-  o.events_max_duration = 1000ms;
-  http_service service(board, o);
-  std::atomic<int> epochs{0};
-  Engine engine(c);
-  engine.on_event([&](const event& e) {
-    board->on_event(e);
-    feed->on_event(e);
-    if (std::holds_alternative<epoch_event>(e)) ++epochs;
-  });
-  engine.start();
-  ASSERT_TRUE(testing::eventually([&] { return epochs >= 2; }, 120s)) << "the job did not train";
-  const std::string url = "http://127.0.0.1:" + std::to_string(service.port()) + "/";
-  const std::string dom = output_of("timeout 120 " + chromium + " --headless --no-sandbox --disable-gpu --user-data-dir=" +
-                                    (dir / "profile").string() + " --virtual-time-budget=3000 --dump-dom " + url +
-                                    " 2>/dev/null");
-  engine.stop();
-  testing::wait_or_exit(engine, 120s, "the dashboard's async run");
+  const std::string dom = page_while_training(c, 2, chromium, dir / "profile", 3000, false);
   ASSERT_FALSE(dom.empty()) << "Chromium gave no page";
   EXPECT_NE(dom.find("<section id=\"workers-section\">"), std::string::npos) << "the workers' table is shown";
   for (const char* worker : {"0", "1"})

@@ -34,6 +34,14 @@ caf::behavior async_device(caf::stateful_actor<async_device_state>* self, std::s
   return {
       [self](async_round_msg& m) {
         auto& st = self->state;
+        // fail:R@S: the device fails at its first round from S - 1 or more
+        // committed rounds (steps count from 1), before it trains: the
+        // reducer sees it end (See Note [Async faults]).
+        for (const fault_spec& f : st.setup->faults)
+          if (f.kind == fault_kind::fail && m.base_round + 1 >= f.step) {
+            self->quit(caf::make_error(caf::sec::runtime_error, "injected failure (fault spec " + f.text + ")"));
+            return;
+          }
         async_contribution_msg out;
         out.device = static_cast<std::size_t>(st.setup->id);
         out.worker = m.worker;

@@ -65,8 +65,16 @@ struct async_reducer_state {
   std::optional<async_commit> rule;
   std::optional<async_claims> claims;
   std::vector<async_worker> workers;
-  std::vector<caf::actor> devices;
+  std::vector<caf::actor> devices;      // every device the run has had, by number
   std::vector<int> device_worker;       // the worker each device runs, or -1
+  // See Note [Async faults]: a device's round in flight (its claim, to give
+  // back if the device is lost), whether it is a member still, and whether
+  // it leaves once its round is in.
+  std::vector<std::optional<pending_contribution>> in_flight;
+  std::vector<bool> live, leaving;
+  std::vector<fault_spec> membership_faults;  // join and leave, not yet applied
+  std::int64_t lost_rounds = 0;
+  std::int64_t generation = 0;  // membership changes, for membership events
   std::vector<pending_contribution> arrived;  // in arrival order
   std::int64_t round = 0;               // committed rounds; the open one is this
   clock_type::time_point opened;
@@ -132,10 +140,33 @@ double fastest(const async_reducer_state& st) {
   return best;
 }
 
+caf::actor spawn_async_device(caf::actor_system& system, const job_config& config, const launch_plan& plan,
+                              const std::shared_ptr<run_control>& control, int id, caf::actor reducer) {
+  auto setup = make_device_setup(config, plan, id);
+  if (config.train.record_trained) setup->on_trained = [control](const trained_event& e) { control->emit(e); };
+  return system.spawn<caf::detached>(async_device, std::move(setup), std::move(reducer));
+}
+
+// A device becomes a member (at the start, or joining): watched, so that its
+// failure is seen (See Note [Async faults]).
+void add_device(reducer_ptr self, caf::actor device) {
+  auto& st = self->state;
+  self->monitor(device);
+  st.devices.push_back(std::move(device));
+  st.device_worker.push_back(-1);
+  st.in_flight.emplace_back();
+  st.live.push_back(true);
+  st.leaving.push_back(false);
+}
+
+std::size_t live_devices(const async_reducer_state& st) {
+  return static_cast<std::size_t>(std::count(st.live.begin(), st.live.end(), true));
+}
+
 // Gives device d a round of a worker that is free: its own worker first.
 void dispatch(reducer_ptr self, std::size_t d) {
   auto& st = self->state;
-  if (!st.running || st.device_worker[d] >= 0) return;
+  if (!st.running || !st.live[d] || st.leaving[d] || st.device_worker[d] >= 0) return;
   std::optional<std::size_t> pick;
   auto free = [&](std::size_t k) {
     if (st.workers[k].device >= 0 || st.workers[k].waiting) return false;
@@ -151,7 +182,7 @@ void dispatch(reducer_ptr self, std::size_t d) {
     if (free(k) && st.workers[k].last_device == static_cast<int>(d)) pick = k;
   for (std::size_t k = 0; k < st.workers.size() && !pick; ++k)
     if (free(k) && st.workers[k].last_device < 0) pick = k;
-  if (!pick && st.workers.size() > st.devices.size())
+  if (!pick && st.workers.size() > live_devices(st))
     for (std::size_t k = 0; k < st.workers.size(); ++k)
       if (free(k) && (!pick || st.workers[k].rounds < st.workers[*pick].rounds)) pick = k;
   if (!pick) return;
@@ -189,6 +220,7 @@ void dispatch(reducer_ptr self, std::size_t d) {
   w.device = static_cast<int>(d);
   w.last_device = static_cast<int>(d);
   st.device_worker[d] = static_cast<int>(*pick);
+  st.in_flight[d] = pending_contribution{*pick, m.worker_round, m.base_round, m.claim, nullptr, {}};
   st.bytes_sent += static_cast<std::int64_t>(parameters(st) * sizeof(float));
   self->send(st.devices[d], std::move(m));
 }
@@ -216,6 +248,7 @@ void finish(reducer_ptr self, bool stopped) {
   s.bytes_sent = st.bytes_sent;
   s.largest_send = static_cast<std::int64_t>(parameters(st) * sizeof(float));
   s.stopped = stopped;
+  s.membership_changes = st.generation - 1;  // after the start
   st.control->finish(s);
   for (const caf::actor& d : st.devices) self->send_exit(d, caf::exit_reason::user_shutdown);
   self->quit();
@@ -253,7 +286,7 @@ void emit_step(async_reducer_state& st, clock_type::time_point now) {
   }
   // The members' shares and throughput are their workers' where each device
   // runs one (worker k on device k: See dispatch).
-  if (st.workers.size() == st.devices.size())
+  if (st.workers.size() == st.devices.size() && live_devices(st) == st.devices.size())
     for (const async_worker& w : st.workers) {
       e.shares.push_back(static_cast<double>(w.inner_steps) / static_cast<double>(st.plan->shape.every));
       e.throughput.push_back(w.throughput);
@@ -310,10 +343,22 @@ std::size_t alive(const async_reducer_state& st) {
   return n;
 }
 
+// A decision's record; the run's first says which job it is.
+void emit_record(async_reducer_state& st, round_decision_event& record) {
+  if (!std::exchange(st.recorded_identity, true)) {
+    record.job = st.job_identity;
+    record.data = st.data_fingerprint;
+    record.workers = static_cast<std::int64_t>(st.workers.size());
+  }
+  st.control->emit(record);
+}
+
 round_contribution recorded(const pending_contribution& p) {
   return {static_cast<std::int64_t>(p.worker), p.worker_round, p.base_round, p.claim.epoch, p.claim.first,
           static_cast<std::int64_t>(p.claim.rows.size())};
 }
+
+void apply_membership_faults(reducer_ptr self);
 
 // Applies a decision of the open round: drops `d.dropped`, and when it
 // commits merges `d.merged` (See Note [Async rounds]); records it (See Note
@@ -323,15 +368,7 @@ void apply(reducer_ptr self, const async_decision& d) {
   round_decision_event record;
   record.round = st.round;
   record.committed = d.commit;
-  // The run's first record says which job it is.
-  const auto emit = [&] {
-    if (!std::exchange(st.recorded_identity, true)) {
-      record.job = st.job_identity;
-      record.data = st.data_fingerprint;
-      record.workers = static_cast<std::int64_t>(st.workers.size());
-    }
-    st.control->emit(record);
-  };
+  const auto emit = [&] { emit_record(st, record); };
   auto take = [&](std::size_t worker) {
     const auto it = std::find_if(st.arrived.begin(), st.arrived.end(), [&](const auto& p) { return p.worker == worker; });
     if (it == st.arrived.end()) throw std::logic_error("async: worker " + std::to_string(worker) + " has no contribution waiting");
@@ -394,6 +431,92 @@ void apply(reducer_ptr self, const async_decision& d) {
     return;
   }
   if (!st.replay) open_round(self);
+  apply_membership_faults(self);
+}
+
+// The members now (live devices, in number order), with why they changed.
+void emit_membership(async_reducer_state& st, const std::string& reason) {
+  membership_event m;
+  m.generation = st.generation++;
+  m.step = st.round;
+  m.reason = reason;
+  for (std::size_t d = 0; d < st.devices.size(); ++d)
+    if (st.live[d]) {
+      m.members.push_back(device_name(st.config, static_cast<int>(d)));
+      m.actor_ids.push_back(st.devices[d].id());
+    }
+  st.control->emit(m);
+}
+
+// See Note [Async faults]: device d is gone (failed, or left). Its round in
+// flight is lost: the claim goes back to its epoch, the worker's round
+// counter back to that round (its state in the store is the one the round
+// started from: a round writes its state only when it ends), and the record
+// says so. The worker is free for any device.
+void remove_device(reducer_ptr self, std::size_t d, const std::string& reason) {
+  auto& st = self->state;
+  if (!st.live[d]) return;
+  st.live[d] = false;
+  if (std::optional<pending_contribution> lost = std::exchange(st.in_flight[d], std::nullopt)) {
+    engine_log()->warn("async: {}: worker {}'s round {} from round {} is lost, its {} samples go back to epoch {}",
+                       reason, lost->worker, lost->worker_round, lost->base_round, lost->claim.rows.size(),
+                       lost->claim.epoch);
+    async_worker& w = st.workers[lost->worker];
+    w.device = -1;
+    w.rounds = lost->worker_round;
+    round_decision_event record;
+    record.round = st.round;
+    record.lost.push_back(recorded(*lost));
+    emit_record(st, record);
+    if (st.replay) {
+      st.replay->lost(lost->worker);
+    } else {
+      st.requeued += static_cast<std::int64_t>(lost->claim.rows.size());
+      st.claims->give_back(std::move(lost->claim));
+    }
+    ++st.lost_rounds;
+  }
+  st.device_worker[d] = -1;
+  emit_membership(st, reason);
+  if (live_devices(st) < static_cast<std::size_t>(std::max<std::int64_t>(1, st.config.cluster.min_devices))) {
+    fail(self, "async: " + reason + ": " + std::to_string(live_devices(st)) + " devices left, below "
+               "cluster.min_devices = " + std::to_string(st.config.cluster.min_devices));
+    return;
+  }
+  dispatch_all(self);
+}
+
+// leave:R@S: device d has no round in flight and leaves.
+void leave(reducer_ptr self, std::size_t d) {
+  auto& st = self->state;
+  const std::string name = device_name(st.config, static_cast<int>(d));
+  self->demonitor(st.devices[d]);
+  self->send_exit(st.devices[d], caf::exit_reason::user_shutdown);
+  remove_device(self, d, name + " left");
+}
+
+// join:cpu@S and leave:R@S, once round S - 1 (steps count from 1) is next.
+void apply_membership_faults(reducer_ptr self) {
+  auto& st = self->state;
+  auto due = [&](const fault_spec& f) { return f.step - 1 <= st.round; };
+  std::vector<fault_spec> now;
+  std::erase_if(st.membership_faults, [&](const fault_spec& f) {
+    if (!due(f)) return false;
+    now.push_back(f);
+    return true;
+  });
+  for (const fault_spec& f : now) {
+    if (f.kind == fault_kind::join) {
+      const int id = static_cast<int>(st.devices.size());
+      add_device(self, spawn_async_device(self->system(), st.config, *st.plan, st.control, id, caf::actor_cast<caf::actor>(self)));
+      emit_membership(st, device_name(st.config, id) + " joined");
+    } else if (f.kind == fault_kind::leave && static_cast<std::size_t>(f.device) < st.devices.size() &&
+               st.live[static_cast<std::size_t>(f.device)]) {
+      const auto d = static_cast<std::size_t>(f.device);
+      st.leaving[d] = true;
+      if (st.device_worker[d] < 0) leave(self, d);  // else once its round is in
+    }
+  }
 }
 
 // See Note [Async replay]: the recorded decisions whose contributions have
@@ -417,6 +540,19 @@ void follow_record(reducer_ptr self) {
     if (next->round != st.round)
       throw std::logic_error("async replay: a decision of round " + std::to_string(next->round) + " in round " +
                              std::to_string(st.round));
+    if (!next->lost.empty()) {  // the recorded run lost these rounds: their claims went back
+      round_decision_event record = *next;
+      record.job.clear();
+      record.data.clear();
+      record.workers = 0;
+      for (const round_contribution& c : next->lost) {
+        st.requeued += c.samples;
+        st.claims->give_back(st.claims->claim_at(c.epoch, c.first, static_cast<std::size_t>(c.samples)));
+      }
+      st.replay->applied();
+      emit_record(st, record);
+      continue;
+    }
     async_decision d;
     d.commit = next->committed;
     for (const round_contribution& c : next->merged) {
@@ -495,29 +631,41 @@ caf::behavior async_reducer(reducer_ptr self, job_config config, std::shared_ptr
     st.bases[0] = st.published;
   }
   st.balance = c.straggler.policy == straggler_policy::balance || c.straggler.policy == straggler_policy::balance_cut;
+  for (const fault_spec& f : st.plan->faults)
+    if (f.kind == fault_kind::join || f.kind == fault_kind::leave) st.membership_faults.push_back(f);
+  // See Note [Async faults]: a device that ends on its own has failed.
+  self->set_down_handler([self](caf::down_msg& m) {
+    auto& st = self->state;
+    if (!st.running) return;
+    for (std::size_t d = 0; d < st.devices.size(); ++d)
+      if (st.devices[d].address() == m.source && st.live[d]) {
+        // An injected failure's reason is a runtime_error with its text.
+        std::string why = self->system().render(m.reason);
+        if (m.reason.context().match_elements<std::string>()) why = m.reason.context().get_as<std::string>(0);
+        remove_device(self, d, device_name(st.config, static_cast<int>(d)) + " failed: " + why);
+        try_commit(self);  // the quorum of the workers still alive may be there now
+        return;
+      }
+  });
   return {
       [self](start_atom) {
         auto& st = self->state;
         if (st.running) return;
         st.running = true;
         st.train_start = st.event_time = st.epoch_time = clock_type::now();
-        st.device_worker.assign(st.devices.size(), -1);
-        membership_event m;
-        m.reason = "start";
-        for (std::size_t d = 0; d < st.devices.size(); ++d) {
-          m.members.push_back(device_name(st.config, static_cast<int>(d)));
-          m.actor_ids.push_back(st.devices[d].id());
-        }
-        st.control->emit(m);
+        emit_membership(st, "start");
         engine_log()->info("async: {} logical workers on {} devices, a round commits with {} of them or at its "
                            "deadline (at least {} ms), contributions at most {} rounds old",
                            st.workers.size(), st.devices.size(), st.rule->rule().quorum, st.config.sync.grace_ms,
                            st.rule->rule().max_staleness);
         open_round(self);
+        apply_membership_faults(self);
         dispatch_all(self);
       },
       [self](stop_atom) { finish(self, true); },
-      [self](std::vector<caf::actor>& devices) { self->state.devices = std::move(devices); },
+      [self](std::vector<caf::actor>& devices) {
+        for (caf::actor& d : devices) add_device(self, std::move(d));
+      },
       [self](async_deadline_msg m) {
         if (m.round == self->state.round) try_commit(self);
       },
@@ -528,7 +676,9 @@ caf::behavior async_reducer(reducer_ptr self, job_config config, std::shared_ptr
           fail(self, "async: " + m.error);
           return;
         }
+        if (!st.live[m.device]) return;  // lost meanwhile: its round went back already
         st.device_worker[m.device] = -1;
+        st.in_flight[m.device].reset();
         async_worker& w = st.workers[m.worker];
         w.device = -1;
         w.waiting = true;
@@ -539,6 +689,7 @@ caf::behavior async_reducer(reducer_ptr self, job_config config, std::shared_ptr
         // The deadline learns from fresh arrivals: seconds from their round's opening.
         if (m.base_round == st.round) st.rule->record_arrival(seconds_between(st.opened, clock_type::now()));
         st.arrived.push_back({m.worker, m.worker_round, m.base_round, std::move(m.claim), std::move(m.values), m.stats});
+        if (st.leaving[m.device]) leave(self, m.device);
         try_commit(self);
         dispatch_all(self);
       },
@@ -553,11 +704,8 @@ async_run spawn_async_run(caf::actor_system& system, const job_config& config, s
   async_run run;
   run.reducer = system.spawn<caf::detached>(async_reducer, config, plan, control, started,
                                             std::make_shared<async_record>(std::move(record)));
-  for (int d = 0; d < plan->replicas; ++d) {
-    auto setup = make_device_setup(config, *plan, d);
-    if (config.train.record_trained) setup->on_trained = [control](const trained_event& e) { control->emit(e); };
-    run.devices.push_back(system.spawn<caf::detached>(async_device, std::move(setup), run.reducer));
-  }
+  for (int d = 0; d < plan->replicas; ++d)
+    run.devices.push_back(spawn_async_device(system, config, *plan, control, d, run.reducer));
   caf::anon_send(run.reducer, run.devices);
   return run;
 }

@@ -38,8 +38,27 @@
 // parameters to the device and its contribution back, 4 bytes a float each.
 // Each decision is recorded, and a run can follow a record instead of the
 // clock (See Note [Async replay], train/async_replay.hpp). Not built yet
-// (docs/plans/async-rounds.md): faults other than slow, joins, checkpoints,
-// several processes.
+// (docs/plans/async-rounds.md): checkpoints, several processes.
+//
+// Note [Async faults]
+// The reducer watches every device (a CAF monitor). A device that ends on
+// its own has failed (fail:R@S: at its first round from S - 1 committed
+// rounds or more): its round in flight is lost. Its claim goes back to the
+// front of its epoch (trained later in the epoch, as a dropped
+// contribution's), the worker's round counter goes back to that round, and
+// a record says so (round_decision.lost). Nothing else needs undoing: a
+// round writes its worker's state to the store only when it ends, so the
+// worker's next round starts from the state the lost one started from, on
+// whichever device is free (a device runs one round at a time; with more
+// workers than live devices, the free worker with the fewest rounds). The
+// commit rule counts the workers alive (running or waiting), so a lost
+// round does not hold the quorum; the deadline ends a round in any case.
+// leave:R@S: the device gets no new round once round S - 1 is next, and
+// leaves when its round in flight is in (merged or dropped as any other).
+// join:cpu@S: a new device, with the next number, takes free workers from
+// then on. Below cluster.min_devices live devices the run fails, naming the
+// device. Every sample of an epoch is still committed once: a claim is
+// committed by a merge, or given back (dropped or lost), never both.
 
 #include <chrono>
 #include <memory>

@@ -37,6 +37,7 @@ struct async_result {
   std::vector<step_event> steps;
   std::vector<round_decision_event> decisions;
   std::vector<trained_event> trained;
+  std::vector<membership_event> members;
 };
 
 async_result train(const job_config& config, const run_options& options = {}) {
@@ -49,6 +50,7 @@ async_result train(const job_config& config, const run_options& options = {}) {
     if (const auto* s = std::get_if<step_event>(&e)) r.steps.push_back(*s);
     if (const auto* d = std::get_if<round_decision_event>(&e)) r.decisions.push_back(*d);
     if (const auto* t = std::get_if<trained_event>(&e)) r.trained.push_back(*t);
+    if (const auto* m = std::get_if<membership_event>(&e)) r.members.push_back(*m);
   });
   engine.start();
   r.summary = testing::wait_or_exit(engine, std::chrono::seconds(60), "the async run");
@@ -155,6 +157,89 @@ TEST(AsyncRounds, ContributionsDroppedAsStaleAreTrainedLaterAndEveryEpochCommits
   EXPECT_GT(r.summary.test_accuracy, 0.5) << "it learns (4 classes)";
 }
 
+// Every sample of each of `epochs` epochs of 1024 in exactly one committed
+// contribution, by the devices' own account: each trained_event of a round
+// that a decision merged counts. "" or what is wrong.
+std::string every_sample_once_by_the_devices(const async_result& r, std::int64_t epochs) {
+  std::set<std::pair<std::int64_t, std::int64_t>> merged;  // (worker, worker_round)
+  for (const round_decision_event& d : r.decisions)
+    for (const auto& m : d.merged)
+      if (!merged.insert({m.worker, m.worker_round}).second) return "a worker's round merged twice";
+  std::vector<std::uint32_t> every(1024);
+  std::iota(every.begin(), every.end(), 0u);
+  std::map<std::int64_t, std::pair<std::int64_t, std::uint64_t>> by_epoch;  // samples, digest
+  std::set<std::pair<std::int64_t, std::int64_t>> counted;
+  for (const trained_event& t : r.trained) {
+    if (!merged.count({t.worker, t.worker_round})) continue;
+    // A lost round is run again under its number: only one run of it can
+    // have reached a decision, and only one may count.
+    if (!counted.insert({t.worker, t.worker_round}).second) return "a merged round reported twice by the devices";
+    by_epoch[t.epoch].first += t.samples;
+    by_epoch[t.epoch].second += t.digest;
+  }
+  if (static_cast<std::int64_t>(by_epoch.size()) != epochs) return std::to_string(by_epoch.size()) + " epochs trained";
+  for (const auto& [epoch, account] : by_epoch) {
+    if (account.first != 1024) return "epoch " + std::to_string(epoch) + ": " + std::to_string(account.first) + " samples";
+    if (account.second != sample_digest(every)) return "epoch " + std::to_string(epoch) + ": a sample twice or missing";
+  }
+  return "";
+}
+
+bool changed(const async_result& r, const std::string& reason) {
+  return std::any_of(r.members.begin(), r.members.end(),
+                     [&](const membership_event& m) { return m.reason.find(reason) != std::string::npos; });
+}
+
+// See Note [Async faults]: a device fails with a round in flight, another
+// leaves and a new one joins; the lost round's samples go back to its epoch
+// and its worker runs it again elsewhere; each epoch still commits every
+// sample once, by the devices' own account, and the joined device trains.
+TEST(AsyncRounds, AFailedALeavingAndAJoiningDeviceLoseNoSampleAndTrainNoneTwice) {
+  job_config c = async_job(4);
+  c.train.record_trained = true;
+  c.faults.inject = {"fail:1@3", "leave:2@5", "join:cpu@7"};
+  const async_result r = train(c);
+  EXPECT_EQ(every_sample_once_by_the_devices(r, 3), "");
+  EXPECT_TRUE(changed(r, "cpu:1 failed")) << "the failure is a membership change";
+  EXPECT_TRUE(changed(r, "cpu:2 left"));
+  EXPECT_TRUE(changed(r, "cpu:4 joined"));
+  ASSERT_FALSE(r.members.empty());
+  EXPECT_EQ(r.members.back().members, (std::vector<std::string>{"cpu:0", "cpu:3", "cpu:4"}));
+  std::int64_t lost = 0;
+  for (const round_decision_event& d : r.decisions)
+    for (const round_contribution& l : d.lost) {
+      ++lost;
+      EXPECT_FALSE(d.committed);
+      // The worker ran that round again, and a decision took it.
+      const bool decided = std::any_of(r.decisions.begin(), r.decisions.end(), [&](const round_decision_event& o) {
+        const auto same = [&](const round_contribution& m) {
+          return m.worker == l.worker && m.worker_round == l.worker_round;
+        };
+        return std::any_of(o.merged.begin(), o.merged.end(), same) || std::any_of(o.dropped.begin(), o.dropped.end(), same);
+      });
+      EXPECT_TRUE(decided) << "worker " << l.worker << "'s lost round " << l.worker_round << " never ran again";
+    }
+  EXPECT_EQ(lost, 1) << "cpu:1 failed with its round in flight";
+  std::int64_t requeued = 0;
+  for (const epoch_event& e : r.epochs) requeued += e.requeued;
+  EXPECT_GT(requeued, 0) << "the lost claim went back";
+  EXPECT_TRUE(std::any_of(r.trained.begin(), r.trained.end(), [](const trained_event& t) { return t.device == "cpu:4"; }))
+      << "the device that joined trained nothing";
+  EXPECT_EQ(r.summary.samples, 3 * 1024);
+  EXPECT_EQ(r.summary.epochs, 3);
+}
+
+// Below cluster.min_devices live devices the run fails, naming the device.
+TEST(AsyncRounds, EveryDeviceFailingEndsTheRunWithAnErrorNamingTheLastOne) {
+  job_config c = async_job(2);
+  c.faults.inject = {"fail:0@2", "fail:1@2"};
+  Engine engine(c);
+  engine.start();
+  const std::string what = testing::error_of<dpactor::error>([&] { engine.wait(); });
+  EXPECT_NE(what.find("failed: "), std::string::npos) << what;
+  EXPECT_NE(what.find("below cluster.min_devices = 1"), std::string::npos) << what;
+}
+
 // One worker slowed 10x, with straggler.policy balancing: it claims fewer
 // inner steps (its share in the step events), and the run still trains each
 // sample of each epoch once.
@@ -207,13 +292,18 @@ TEST(AsyncReplay, AReplayOfTheDecisionsGivesTheRunsBytesOnOtherDevices) {
   c.sync.quorum = 1;
   c.sync.max_staleness = 1;
   c.faults.inject = {"slow:3:3"};
-  const async_result first = train(c);
+  const auto stale_merged = [](const async_result& r) {
+    return std::any_of(r.decisions.begin(), r.decisions.end(), [](const auto& d) {
+      return std::any_of(d.merged.begin(), d.merged.end(), [&](const auto& m) { return m.base_round < d.round; });
+    });
+  };
+  // What the run decides follows the clock: on a loaded machine a run may
+  // merge no stale contribution; the replay needs one that did.
+  async_result first = train(c);
+  for (int again = 0; again < 4 && !(stale_merged(first) && first.summary.requeued > 0); ++again) first = train(c);
   ASSERT_EQ(first.epochs.size(), 3u);
-  ASSERT_GT(first.summary.requeued, 0) << "nothing was dropped: the replay would not follow a drop";
-  const bool stale_merged = std::any_of(first.decisions.begin(), first.decisions.end(), [](const auto& d) {
-    return std::any_of(d.merged.begin(), d.merged.end(), [&](const auto& m) { return m.base_round < d.round; });
-  });
-  ASSERT_TRUE(stale_merged) << "no stale contribution merged: the replay would not weigh one";
+  ASSERT_GT(first.summary.requeued, 0) << "nothing was dropped in 5 runs: the replay would not follow a drop";
+  ASSERT_TRUE(stale_merged(first)) << "no stale contribution merged in 5 runs: the replay would not weigh one";
   ASSERT_FALSE(first.decisions.empty());
   EXPECT_FALSE(first.decisions.front().job.empty());
   write_record(dir / "m.jsonl", first.decisions);
@@ -233,6 +323,42 @@ TEST(AsyncReplay, AReplayOfTheDecisionsGivesTheRunsBytesOnOtherDevices) {
   }
   EXPECT_EQ(replay.summary.steps, first.summary.steps);
   EXPECT_TRUE(same_decisions(replay.decisions, first.decisions)) << "a replay records the decisions it followed";
+}
+
+// Acceptance 3 of issue 30: a run with a slowed worker and a failed device
+// (its round lost, run again elsewhere), replayed on 2 devices without
+// either fault, gives its bytes and its decisions, the loss included.
+TEST(AsyncReplay, AReplayOfARunWithAFailureGivesItsBytes) {
+  testing::scratch_dir dir;
+  job_config c = async_job(4);
+  c.sync.quorum = 2;
+  c.sync.max_staleness = 1;
+  c.train.record_trained = true;
+  c.faults.inject = {"slow:3:3", "fail:1@4"};
+  const async_result first = train(c);
+  ASSERT_EQ(first.epochs.size(), 3u);
+  ASSERT_TRUE(std::any_of(first.decisions.begin(), first.decisions.end(), [](const auto& d) { return !d.lost.empty(); }))
+      << "no round was lost: the replay would not follow a failure";
+  EXPECT_EQ(every_sample_once_by_the_devices(first, 3), "");
+  write_record(dir / "m.jsonl", first.decisions);
+
+  job_config again = async_job(2);
+  again.sync.workers = 4;
+  again.sync.quorum = 2;
+  again.sync.max_staleness = 1;
+  again.train.record_trained = true;  // part of the job's identity
+  run_options options;
+  options.replay_rounds = (dir / "m.jsonl").string();
+  const async_result replay = train(again, options);
+  ASSERT_EQ(replay.epochs.size(), 3u);
+  for (std::size_t e = 0; e < 3; ++e) {
+    EXPECT_EQ(replay.epochs[e].test_loss, first.epochs[e].test_loss) << "epoch " << e;
+    EXPECT_EQ(replay.epochs[e].train_loss, first.epochs[e].train_loss) << "epoch " << e;
+    EXPECT_EQ(replay.epochs[e].requeued, first.epochs[e].requeued) << "epoch " << e;
+  }
+  EXPECT_EQ(replay.summary.steps, first.summary.steps);
+  EXPECT_TRUE(same_decisions(replay.decisions, first.decisions)) << "a replay records the decisions it followed";
+  EXPECT_EQ(every_sample_once_by_the_devices(replay, 3), "");
 }
 
 TEST(AsyncReplay, AReplayOfAnotherJobOrDataOrNoRecordIsRefusedNamingTheDifference) {
@@ -298,9 +424,9 @@ TEST(AsyncRounds, WhatThisVersionDoesNotTakeIsRefusedNamingIt) {
   const std::string delay = async_error({"train.checkpoint_dir=\"\"", "sync.delay=1"});
   EXPECT_NE(delay.find("sync.delay"), std::string::npos) << delay;
   job_config c = async_job(2);
-  c.faults.inject = {"fail:1@3"};
-  const std::string fail = testing::error_of<config_error>([&] { Engine(c).start(); });
-  EXPECT_NE(fail.find("fail:1@3"), std::string::npos) << fail;
+  c.faults.inject = {"hang:1@3"};
+  const std::string hang = testing::error_of<config_error>([&] { Engine(c).start(); });
+  EXPECT_NE(hang.find("hang:1@3"), std::string::npos) << hang;
   job_config coordinator = async_job(2);
   run_options options;
   options.coordinator = coordinator_options{};

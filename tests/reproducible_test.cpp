@@ -19,8 +19,11 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -63,6 +66,54 @@ std::string job_case_name(const job_case& c) {
 // every build, so ctest's timing data never matched a test.
 void PrintTo(const job_case& c, std::ostream* os) { *os << job_case_name(c); }
 
+// The quiet run's bytes, kept in the build tree (build/test-cache) under a
+// key of everything they follow: the program and library files (size and
+// modification time), the command and the config file's text. A key that
+// differs in any of them is another file; the file holds its whole key,
+// compared before its bytes are used. Written under a private name and
+// renamed, so a reader sees a whole file or none.
+class quiet_cache {
+ public:
+  quiet_cache(const std::string& name, const std::string& config, const std::vector<std::string>& args) {
+    const fs::path build = testing::cli_program().parent_path().parent_path();
+    const auto stamp = [&](const fs::path& f) {
+      std::error_code ec;
+      const auto size = fs::file_size(f, ec);
+      const auto time = fs::last_write_time(f, ec).time_since_epoch().count();
+      key_ += f.string() + " " + std::to_string(size) + " " + std::to_string(time) + "\n";
+    };
+    stamp(testing::cli_program());
+    for (const auto& entry : fs::directory_iterator(build))
+      if (entry.path().filename().string().rfind("libdpactor", 0) == 0) stamp(entry.path());
+    for (const auto& a : args) key_ += a + "\n";
+    key_ += testing::read_text(std::string(DPACTOR_SOURCE_DIR) + "/configs/" + config + ".cfg");
+    char hash[32];
+    std::snprintf(hash, sizeof hash, "%016zx", std::hash<std::string>{}(key_));
+    file_ = build / "test-cache" / "same-bytes" / (name + "-" + hash);
+  }
+
+  std::optional<std::string> read() const {
+    if (!fs::exists(file_)) return std::nullopt;
+    const std::string text = testing::read_text(file_);
+    const auto end = text.find('\n');
+    if (end == std::string::npos) return std::nullopt;
+    const std::size_t key_size = std::stoul(text.substr(0, end));
+    if (text.compare(end + 1, key_size, key_) != 0) return std::nullopt;
+    return text.substr(end + 1 + key_size);
+  }
+
+  void write(const std::string& bytes) const {
+    fs::create_directories(file_.parent_path());
+    const fs::path partial = file_.string() + ".partial-" + std::to_string(::getpid());
+    testing::write_text(partial, std::to_string(key_.size()) + "\n" + key_ + bytes);
+    fs::rename(partial, file_);
+  }
+
+ private:
+  std::string key_;
+  fs::path file_;
+};
+
 class SameBytes : public ::testing::TestWithParam<job_case> {
  protected:
   void SetUp() override {
@@ -103,9 +154,17 @@ class SameBytes : public ::testing::TestWithParam<job_case> {
     return testing::read_text(step / "model.safetensors") + testing::read_text(step / "optimizer.safetensors");
   }
 
-  // The quiet run every other one must equal (2 replicas, no faults).
+  // The quiet run every other one must equal (2 replicas, no faults). ctest
+  // runs each test in its own process: the first to run a case's quiet run
+  // keeps its bytes for the others (quiet_cache), which run their own
+  // commands only.
   const std::string& quiet() {
-    if (quiet_.empty()) quiet_ = run("quiet", {"--cpus", "2"});
+    if (!quiet_.empty()) return quiet_;
+    const auto a = args("quiet", {"--cpus", "2"});
+    quiet_cache cache(job_case_name(GetParam()), GetParam().config, a);
+    if (auto kept = cache.read()) return quiet_ = *kept;
+    quiet_ = run("quiet", {"--cpus", "2"});
+    if (fs::exists(dir_ / "quiet" / step_directory(steps()))) cache.write(quiet_);
     return quiet_;
   }
 

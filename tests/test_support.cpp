@@ -356,6 +356,8 @@ std::string trained_evidence::check(std::int64_t rows, std::int64_t epochs) cons
 
 process_result run_cli(const std::vector<std::string>& args, const fs::path& cwd) { return cli_process(args, cwd).wait(); }
 
+fs::path cli_program() { return DPACTOR_CLI; }
+
 std::vector<std::pair<std::string, std::string>> tensor_bytes(const fs::path& file) {
   const safetensors_file f = load_safetensors(file);
   std::vector<std::pair<std::string, std::string>> out;

@@ -188,6 +188,9 @@ class trained_evidence {
 // Runs the dpactor program with `args`, in `cwd`, and waits for it.
 process_result run_cli(const std::vector<std::string>& args, const std::filesystem::path& cwd);
 
+// The dpactor program the tests run (the build's bin/dpactor).
+std::filesystem::path cli_program();
+
 // Bytes of every tensor in a safetensors file, by name (the data section only).
 std::vector<std::pair<std::string, std::string>> tensor_bytes(const std::filesystem::path& file);
 

@@ -18,6 +18,12 @@ async_replay::async_replay(std::vector<round_decision_event> decisions, std::siz
     if (d.round != open)
       throw std::invalid_argument(where + ": the decisions before it leave round " + std::to_string(open) + " open");
     if (d.committed && d.merged.empty()) throw std::invalid_argument(where + ": commits nothing");
+    for (const round_contribution& c : d.lost)
+      if (c.worker < 0 || static_cast<std::size_t>(c.worker) >= workers || c.samples <= 0 || c.first < 0 || c.epoch < 0)
+        throw std::invalid_argument(where + ": a lost round of worker " + std::to_string(c.worker) + " with " +
+                                    std::to_string(c.samples) + " samples cannot be one of this run's");
+    if (!d.lost.empty() && (d.committed || !d.merged.empty() || !d.dropped.empty()))
+      throw std::invalid_argument(where + ": a lost round's record decides nothing else");
     for (const auto* list : {&d.merged, &d.dropped})
       for (const round_contribution& c : *list) {
         if (c.worker < 0 || static_cast<std::size_t>(c.worker) >= workers)
@@ -58,6 +64,11 @@ std::int64_t async_replay::oldest_base() const {
   for (std::size_t k = 0; k < rounds_.size(); ++k)
     if (const round_contribution* c = next_round(k)) oldest = std::min(oldest, c->base_round);
   return oldest;
+}
+
+void async_replay::lost(std::size_t worker) {
+  if (handed_.at(worker) == 0) throw std::logic_error("async_replay: worker " + std::to_string(worker) + " has no round handed out");
+  --handed_[worker];
 }
 
 const round_decision_event* async_replay::next_decision() const {

@@ -23,8 +23,12 @@
 // clock decides nothing; the bytes are the recorded run's on any number of
 // devices (each worker's round is computed alike anywhere, as in the other
 // round modes). Rounds the run had in flight when it ended were never
-// decided: not recorded, not run. A replay records its decisions again, the
-// same ones.
+// decided: not recorded, not run. A round lost with its device (Note [Async
+// faults]) has a record of its own (`lost`); the worker ran it again, under
+// the same round number, and that run is the one decided: a replay gives
+// the lost claim back where the record says (the epochs' requeued counts
+// follow) and runs nothing for it. A replay records its decisions again, the
+// same ones (and, if one of its own devices fails, that loss too).
 
 #include <cstddef>
 #include <cstdint>
@@ -49,6 +53,9 @@ class async_replay {
   const round_contribution* next_round(std::size_t worker) const;
   // Worker k was handed its next round.
   void handed_out(std::size_t worker);
+  // The last round worker k was handed was lost with its device (a failure
+  // in the replay itself): it is handed out again.
+  void lost(std::size_t worker);
   // The oldest base of the rounds not handed out yet: the global weights a
   // replay must still keep. numeric_limits::max() when none is left.
   std::int64_t oldest_base() const;

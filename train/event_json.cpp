@@ -72,6 +72,11 @@ json to_json(const round_decision_event& e) {
   for (const auto& c : e.dropped) dropped.push_back(to_json(c));
   json j{{"event", "round_decision"}, {"round", e.round}, {"committed", e.committed},
          {"merged", std::move(merged)}, {"dropped", std::move(dropped)}};
+  if (!e.lost.empty()) {
+    json lost = json::array();
+    for (const auto& c : e.lost) lost.push_back(to_json(c));
+    j["lost"] = std::move(lost);
+  }
   if (!e.job.empty()) j["job"] = e.job;
   if (!e.data.empty()) j["data"] = e.data;
   if (e.workers > 0) j["workers"] = e.workers;
@@ -97,6 +102,8 @@ round_decision_event round_decision_from_json(const json& j) {
   e.committed = j.at("committed").get<bool>();
   for (const json& c : j.at("merged")) e.merged.push_back(contribution_from_json(c));
   for (const json& c : j.at("dropped")) e.dropped.push_back(contribution_from_json(c));
+  if (j.contains("lost"))
+    for (const json& c : j.at("lost")) e.lost.push_back(contribution_from_json(c));
   e.job = j.value("job", "");
   e.data = j.value("data", "");
   e.workers = j.value("workers", std::int64_t{0});

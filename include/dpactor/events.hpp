@@ -128,6 +128,10 @@ struct round_decision_event {
   bool committed = false;         // the round committed, merging `merged`
   std::vector<round_contribution> merged;   // in arrival order
   std::vector<round_contribution> dropped;  // past sync.max_staleness: their samples went back
+  // Rounds whose device was lost before they arrived (a record of its own:
+  // not committed, nothing merged or dropped): their samples went back, and
+  // the worker runs that round again (docs/async.md, "Faults").
+  std::vector<round_contribution> lost;
   // The run's first record only: what a replay must match (the config
   // without its node-specific parts, and the data's fingerprint).
   std::string job;

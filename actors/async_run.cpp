@@ -16,6 +16,7 @@
 #include "actors/actor_interfaces.hpp"
 #include "actors/backend.hpp"
 #include "actors/log.hpp"
+#include "actors/writer_messages.hpp"
 #include "train/async_claims.hpp"
 #include "train/async_commit.hpp"
 #include "train/async_merge.hpp"
@@ -74,6 +75,9 @@ struct async_reducer_state {
   std::vector<bool> live, leaving;
   std::vector<fault_spec> membership_faults;  // join and leave, not yet applied
   std::int64_t lost_rounds = 0;
+  checkpoint_writer_actor writer;  // none without train.checkpoint_dir
+  bool ending = false;             // the last checkpoint is being written; the run ends after it
+  std::string last_checkpoint;
   std::int64_t generation = 0;  // membership changes, for membership events
   std::vector<pending_contribution> arrived;  // in arrival order
   std::int64_t round = 0;               // committed rounds; the open one is this
@@ -113,6 +117,68 @@ void publish(async_reducer_state& st) {
   auto p = std::make_shared<std::vector<float>>(parameters(st));
   st.global->copy_parameters(*p);
   st.published = std::move(p);
+}
+
+// See Note [Async checkpoints]: the global state after `round` committed
+// rounds, each worker's state at the start of its first round not decided
+// (its round in flight or waiting is trained again after a resume), and the
+// claims with those rounds' claims given back.
+write_checkpoint_msg checkpoint_of(const async_reducer_state& st) {
+  write_checkpoint_msg m;
+  m.step = st.round - 1;  // the writer records step + 1: the committed rounds
+  m.epoch = st.epochs_done;
+  m.state = st.global->export_state();
+  std::vector<async_claim> outstanding;
+  std::vector<std::int64_t> first_undecided(st.workers.size());
+  for (std::size_t k = 0; k < st.workers.size(); ++k) first_undecided[k] = st.workers[k].rounds;
+  const auto undecided = [&](const pending_contribution& p) {
+    outstanding.push_back(p.claim);
+    first_undecided[p.worker] = std::min(first_undecided[p.worker], p.worker_round);
+  };
+  for (const auto& p : st.in_flight)
+    if (p) undecided(*p);
+  for (const pending_contribution& p : st.arrived) undecided(p);
+  const logical_worker_store& store = *st.plan->rounds->store;
+  for (std::size_t k = 0; k < st.workers.size(); ++k) {
+    const std::vector<float> w = store.read(k, first_undecided[k]);
+    m.state.insert(m.state.end(), w.begin(), w.end());
+  }
+  m.position.epoch = st.epochs_done;
+  m.position.async = st.claims->position(outstanding);
+  return m;
+}
+
+void finish(reducer_ptr self, bool stopped);
+void fail(reducer_ptr self, const std::string& what);
+
+// Writes a checkpoint (train.checkpoint_dir); with `ending`, the run ends
+// once it is written: finished, stopped, or failed with `failure`.
+void write_checkpoint(reducer_ptr self, bool ending, bool stopped = false, std::string failure = {}) {
+  auto& st = self->state;
+  if (!st.writer || (ending && st.ending)) return;
+  if (ending) st.ending = true;
+  const std::int64_t round = st.round;
+  // Writing takes as long as the disk does: no timeout.
+  self->request(st.writer, caf::infinite, checkpoint_of(st))
+      .then(
+          [self, ending, stopped, failure, round](const checkpoint_written_msg& written) {
+            auto& st = self->state;
+            if (!written.error.empty()) {
+              fail(self, (failure.empty() ? "" : failure + "; ") + "no checkpoint written: " + written.error);
+              return;
+            }
+            engine_log()->info("checkpoint written: {}", written.path);
+            st.last_checkpoint = written.path;
+            st.control->emit(checkpoint_event{round, written.path, -1});
+            if (!ending) return;
+            st.ending = false;
+            if (!failure.empty()) fail(self, failure + "; checkpoint written to " + written.path);
+            else finish(self, stopped);
+          },
+          [self, failure](const caf::error& err) {
+            fail(self, (failure.empty() ? "" : failure + "; ") + "the checkpoint writer failed: " +
+                           self->system().render(err));
+          });
 }
 
 // The test set on the global model.
@@ -166,7 +232,7 @@ std::size_t live_devices(const async_reducer_state& st) {
 // Gives device d a round of a worker that is free: its own worker first.
 void dispatch(reducer_ptr self, std::size_t d) {
   auto& st = self->state;
-  if (!st.running || !st.live[d] || st.leaving[d] || st.device_worker[d] >= 0) return;
+  if (!st.running || st.ending || !st.live[d] || st.leaving[d] || st.device_worker[d] >= 0) return;
   std::optional<std::size_t> pick;
   auto free = [&](std::size_t k) {
     if (st.workers[k].device >= 0 || st.workers[k].waiting) return false;
@@ -249,8 +315,10 @@ void finish(reducer_ptr self, bool stopped) {
   s.largest_send = static_cast<std::int64_t>(parameters(st) * sizeof(float));
   s.stopped = stopped;
   s.membership_changes = st.generation - 1;  // after the start
+  s.checkpoint = st.last_checkpoint;
   st.control->finish(s);
   for (const caf::actor& d : st.devices) self->send_exit(d, caf::exit_reason::user_shutdown);
+  if (st.writer) self->send_exit(st.writer, caf::exit_reason::user_shutdown);
   self->quit();
 }
 
@@ -260,6 +328,7 @@ void fail(reducer_ptr self, const std::string& what) {
   st.running = false;
   st.control->fail(std::make_exception_ptr(error(error_kind::training, what)));
   for (const caf::actor& d : st.devices) self->send_exit(d, caf::exit_reason::user_shutdown);
+  if (st.writer) self->send_exit(st.writer, caf::exit_reason::user_shutdown);
   self->quit();
 }
 
@@ -427,9 +496,12 @@ void apply(reducer_ptr self, const async_decision& d) {
   const bool last = st.claims->all_done() || (st.config.train.max_steps > 0 && st.round >= st.config.train.max_steps);
   if (last) {
     if (st.since_event.samples > 0) emit_step(st, now);
-    finish(self, false);
+    if (st.writer) write_checkpoint(self, true);
+    else finish(self, false);
     return;
   }
+  const std::int64_t every = st.config.train.checkpoint_every;
+  if (st.writer && every > 0 && st.round % every == 0) write_checkpoint(self, false);
   if (!st.replay) open_round(self);
   apply_membership_faults(self);
 }
@@ -479,8 +551,10 @@ void remove_device(reducer_ptr self, std::size_t d, const std::string& reason) {
   st.device_worker[d] = -1;
   emit_membership(st, reason);
   if (live_devices(st) < static_cast<std::size_t>(std::max<std::int64_t>(1, st.config.cluster.min_devices))) {
-    fail(self, "async: " + reason + ": " + std::to_string(live_devices(st)) + " devices left, below "
-               "cluster.min_devices = " + std::to_string(st.config.cluster.min_devices));
+    const std::string what = "async: " + reason + ": " + std::to_string(live_devices(st)) + " devices left, below "
+                             "cluster.min_devices = " + std::to_string(st.config.cluster.min_devices);
+    if (st.writer) write_checkpoint(self, true, false, what);
+    else fail(self, what);
     return;
   }
   dispatch_all(self);
@@ -572,7 +646,7 @@ void follow_record(reducer_ptr self) {
 // drops, commits.
 void try_commit(reducer_ptr self) {
   auto& st = self->state;
-  if (!st.running) return;
+  if (!st.running || st.ending) return;
   if (st.replay) {
     follow_record(self);
   } else if (!st.arrived.empty()) {
@@ -586,7 +660,7 @@ void try_commit(reducer_ptr self) {
 
 caf::behavior async_reducer(reducer_ptr self, job_config config, std::shared_ptr<const launch_plan> plan,
                             std::shared_ptr<run_control> control, clock_type::time_point started,
-                            std::shared_ptr<async_record> record) {
+                            std::shared_ptr<async_record> record, checkpoint_writer_actor writer) {
   auto& st = self->state;
   // An exception here is a bug: the run ends with it, never hangs.
   self->set_exception_handler([self](std::exception_ptr& x) -> caf::error {
@@ -607,6 +681,7 @@ caf::behavior async_reducer(reducer_ptr self, job_config config, std::shared_ptr
   st.plan = std::move(plan);
   st.control = std::move(control);
   st.started = started;
+  st.writer = std::move(writer);
   const job_config& c = st.config;
   job_config outer = c;
   outer.optimizer = st.plan->outer_optimizer;
@@ -622,8 +697,21 @@ caf::behavior async_reducer(reducer_ptr self, job_config config, std::shared_ptr
   rule.grace_s = c.sync.grace_ms / 1000.0;
   rule.mad_factor = 3.0;
   st.rule.emplace(rule);
-  st.claims.emplace(st.plan->data.train->rows, static_cast<std::uint64_t>(c.train.seed), c.train.shuffle, c.train.epochs);
   st.workers.resize(K);
+  // See Note [Async checkpoints]: a resumed run goes on from the
+  // checkpoint's claims and committed rounds; every worker's next round is
+  // numbered from there (the store holds their states at that round).
+  if (st.plan->resume_position && st.plan->resume_position->async.active) {
+    const async_position& at = st.plan->resume_position->async;
+    st.claims.emplace(st.plan->data.train->rows, static_cast<std::uint64_t>(c.train.seed), c.train.shuffle,
+                      c.train.epochs, at);
+    st.round = st.plan->start_step;
+    st.epochs_done = at.done;
+    for (async_worker& w : st.workers) w.rounds = st.plan->start_step;
+  } else {
+    st.claims.emplace(st.plan->data.train->rows, static_cast<std::uint64_t>(c.train.seed), c.train.shuffle,
+                      c.train.epochs);
+  }
   st.job_identity = std::move(record->job);
   st.data_fingerprint = std::move(record->data);
   if (record->replay) {
@@ -636,7 +724,7 @@ caf::behavior async_reducer(reducer_ptr self, job_config config, std::shared_ptr
   // See Note [Async faults]: a device that ends on its own has failed.
   self->set_down_handler([self](caf::down_msg& m) {
     auto& st = self->state;
-    if (!st.running) return;
+    if (!st.running || st.ending) return;
     for (std::size_t d = 0; d < st.devices.size(); ++d)
       if (st.devices[d].address() == m.source && st.live[d]) {
         // An injected failure's reason is a runtime_error with its text.
@@ -662,7 +750,10 @@ caf::behavior async_reducer(reducer_ptr self, job_config config, std::shared_ptr
         apply_membership_faults(self);
         dispatch_all(self);
       },
-      [self](stop_atom) { finish(self, true); },
+      [self](stop_atom) {  // a stopped run leaves a checkpoint to resume from
+        if (self->state.writer) write_checkpoint(self, true, true);
+        else finish(self, true);
+      },
       [self](std::vector<caf::actor>& devices) {
         for (caf::actor& d : devices) add_device(self, std::move(d));
       },
@@ -671,7 +762,7 @@ caf::behavior async_reducer(reducer_ptr self, job_config config, std::shared_ptr
       },
       [self](async_contribution_msg& m) {
         auto& st = self->state;
-        if (!st.running) return;
+        if (!st.running || st.ending) return;  // ending: the checkpoint gave its round back
         if (!m.error.empty()) {
           fail(self, "async: " + m.error);
           return;
@@ -700,10 +791,13 @@ caf::behavior async_reducer(reducer_ptr self, job_config config, std::shared_ptr
 
 async_run spawn_async_run(caf::actor_system& system, const job_config& config, std::shared_ptr<const launch_plan> plan,
                           std::shared_ptr<run_control> control, std::chrono::steady_clock::time_point started,
-                          async_record record) {
+                          async_record record, std::shared_ptr<const checkpoint_writer_setup> writer_setup) {
   async_run run;
+  checkpoint_writer_actor writer;
+  if (writer_setup) writer = system.spawn<caf::detached>(checkpoint_writer_behavior, std::move(writer_setup));
+  run.writer = caf::actor_cast<caf::actor>(writer);
   run.reducer = system.spawn<caf::detached>(async_reducer, config, plan, control, started,
-                                            std::make_shared<async_record>(std::move(record)));
+                                            std::make_shared<async_record>(std::move(record)), writer);
   for (int d = 0; d < plan->replicas; ++d)
     run.devices.push_back(spawn_async_device(system, config, *plan, control, d, run.reducer));
   caf::anon_send(run.reducer, run.devices);

@@ -68,6 +68,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/checkpoint_writer.hpp"
 #include "actors/launch.hpp"
 #include "actors/run_control.hpp"
 #include "train/async_replay.hpp"
@@ -77,6 +78,7 @@ namespace dpactor {
 struct async_run {
   caf::actor reducer;              // takes start_atom, stop_atom
   std::vector<caf::actor> devices;
+  caf::actor writer;               // the checkpoint writer, if train.checkpoint_dir is set
 };
 
 // What the run records in its first decision, and the record it follows
@@ -89,8 +91,9 @@ struct async_record {
 
 // Spawns the run's actors in `system` (nothing starts before the reducer
 // gets start_atom). The outcome and the events go through `control`.
+// With `writer_setup`, checkpoints (See Note [Async checkpoints]).
 async_run spawn_async_run(caf::actor_system& system, const job_config& config, std::shared_ptr<const launch_plan> plan,
                           std::shared_ptr<run_control> control, std::chrono::steady_clock::time_point started,
-                          async_record record);
+                          async_record record, std::shared_ptr<const checkpoint_writer_setup> writer_setup);
 
 }  // namespace dpactor

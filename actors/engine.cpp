@@ -191,10 +191,11 @@ struct Engine::impl {
   std::atomic<bool> left_behind{false};
 
   // sync.mode = "async": its own reducer and devices (See Note [Async rounds]).
-  void start_async(std::shared_ptr<const launch_plan> plan, async_record record) {
+  void start_async(std::shared_ptr<const launch_plan> plan, async_record record,
+                   std::shared_ptr<const checkpoint_writer_setup> writer_setup) {
     auto cfg = make_system_config();
     auto sys = std::make_unique<caf::actor_system>(*cfg);
-    const async_run run = spawn_async_run(*sys, config, plan, control, started, std::move(record));
+    const async_run run = spawn_async_run(*sys, config, plan, control, started, std::move(record), std::move(writer_setup));
     caf::logger::set_current_actor_system(nullptr);  // as start() does: see there
     std::unique_lock lock(system_mutex);
     system_config = std::move(cfg);
@@ -202,6 +203,7 @@ struct Engine::impl {
     actors.clear();
     for (const auto& d : run.devices) actors.push_back(d.address());
     actors.push_back(run.reducer.address());
+    if (run.writer) actors.push_back(run.writer.address());
     async_reducer = run.reducer;
     running = true;
     if (stop_requested) caf::anon_send(run.reducer, stop_atom::value);
@@ -321,9 +323,10 @@ void Engine::start() {
   if (config.sync.mode == sync_mode::async && m.options.coordinator)
     throw config_error(config.source + ": sync.mode = \"async\" trains in one process in this version (its rounds "
                        "across processes are not built yet; docs/async.md)");
-  if (config.sync.mode == sync_mode::async && !m.options.resume_from.empty())
-    throw config_error(config.source + ": sync.mode = \"async\" writes no checkpoints in this version, so it resumes "
-                       "none: run without --resume");
+  if (config.sync.mode == sync_mode::async && !m.options.resume_from.empty() && !m.options.replay_rounds.empty())
+    throw config_error("--replay-rounds " + m.options.replay_rounds + " with --resume " + m.options.resume_from +
+                       ": a replay follows a run's decisions from its start, and a resumed run's rounds start from "
+                       "the checkpoint; replay the whole run without --resume");
   const auto plan = std::make_shared<const launch_plan>(prepare_launch(config, m.options, replica_count()));
   if (!m.options.replay_rounds.empty() && config.sync.mode != sync_mode::async)
     throw config_error("--replay-rounds " + m.options.replay_rounds + ": replays the decisions of a sync.mode = \"async\" "
@@ -361,7 +364,7 @@ void Engine::start() {
   m.outcome = m.control->outcome();
 
   if (config.sync.mode == sync_mode::async) {
-    m.start_async(plan, std::move(record));
+    m.start_async(plan, std::move(record), writer_setup);
     return;
   }
   auto cfg = m.options.coordinator ? coordinator_role::system_config(config, *m.options.coordinator)

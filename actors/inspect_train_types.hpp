@@ -31,9 +31,14 @@ typename Inspector::result_type inspect(Inspector& f, step_returned& x) {
 }
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, async_epoch_position& x) {
+  return f(caf::meta::type_name("async_epoch_position"), x.epoch, x.next, x.committed, x.returned);
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ledger_position& x) {
   return f(caf::meta::type_name("ledger_position"), x.epoch, x.cursor, x.front, x.stream.active, x.stream.committed,
-           x.stream.trained_above);
+           x.stream.trained_above, x.async.active, x.async.done, x.async.requeued, x.async.open);
 }
 
 // A device in another process reports what it trained to the reducer, which

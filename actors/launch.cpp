@@ -8,6 +8,7 @@
 
 
 #include "actors/backend.hpp"
+#include "train/async_claims.hpp"
 #include "config/config_file.hpp"
 #include "config/job_identity.hpp"
 #include <dpactor/error.hpp>
@@ -134,6 +135,17 @@ void load_initial_state(const job_config& config, const run_options& options, la
       throw config_error(where + "the checkpoint is of a run with train.mode = \"" +
                          (r.position.stream.active ? "stream" : "epochs") + "\"; this config has train.mode = \"" +
                          (stream ? "stream" : "epochs") + "\"");
+    // See Note [Async checkpoints]: the claims where the checkpoint left them.
+    if (config.sync.mode == sync_mode::async) {
+      if (!r.position.async.active)
+        throw checkpoint_error(where + "trainer.json holds no \"async\" claims, which a sync.mode = \"async\" "
+                               "checkpoint has: the file was edited or damaged");
+      try {
+        async_claims(plan.data.train->rows, r.seed, r.shuffle, config.train.epochs, r.position.async);
+      } catch (const std::invalid_argument& e) {
+        throw checkpoint_error(where + "trainer.json: " + e.what());
+      }
+    }
     if (!stream && r.train_samples != plan.data.train->rows)
       throw checkpoint_error(where + "the checkpoint was trained on " + std::to_string(r.train_samples) +
                              " samples, the configured training set has " + std::to_string(plan.data.train->rows));

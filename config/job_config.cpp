@@ -39,10 +39,9 @@ void validate_async(const job_config& c, const std::string& where) {
   if (s.codec != sync_codec::fp32)
     throw config_error(where + mode + " sends fp32 pseudo-gradients in this version, not sync.codec = \"" +
                        sync_codec_name(s.codec) + "\"");
-  if (!c.train.checkpoint_dir.empty())
-    throw config_error(where + mode + " writes no checkpoints in this version (the claims in flight and the "
-                       "global rounds their contributions started from are not saved yet): set "
-                       "train.checkpoint_dir = \"\"");
+  if (c.train.checkpoint_every_s > 0.0)
+    throw config_error(where + mode + " writes checkpoints every train.checkpoint_every rounds, not on a clock, "
+                       "in this version: set train.checkpoint_every_s = 0");
 }
 
 // The [sync] section against the rest of the job (docs/async.md).

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "data/async_position.hpp"
 #include "data/stream_position.hpp"
 
 namespace dpactor {
@@ -21,12 +22,14 @@ struct ledger_error : std::logic_error {
 
 // Where an epoch stands, as a checkpoint stores it: hand out `front` first,
 // then order[cursor:]; everything else in the epoch is committed. A stream
-// run has no epochs: its position is `stream` (active), the rest unused.
+// run has no epochs: its position is `stream` (active), the rest unused. An
+// async run's is `async` (active) and `epoch` its first open epoch.
 struct ledger_position {
   std::int64_t epoch = 0;
   std::uint64_t cursor = 0;
   std::vector<std::uint32_t> front;
   stream_position stream;
+  async_position async;  // sync.mode = "async": its claims instead of this epoch's order
 };
 
 class epoch_ledger {

@@ -112,9 +112,9 @@ TEST(Ledger, PositionRestoresInFlightIndicesInOrder) {
 
 TEST(Ledger, RestoreRejectsInvalidPositions) {
   epoch_ledger ledger(10, 1, false);
-  EXPECT_THROW(ledger.restore({0, 11, {}, {}}), ledger_error);
-  EXPECT_THROW(ledger.restore({0, 5, {7}, {}}), ledger_error) << "7 is still in order[5:]";
-  EXPECT_THROW(ledger.restore({0, 5, {2, 2}, {}}), ledger_error);
+  EXPECT_THROW(ledger.restore({0, 11, {}, {}, {}}), ledger_error);
+  EXPECT_THROW(ledger.restore({0, 5, {7}, {}, {}}), ledger_error) << "7 is still in order[5:]";
+  EXPECT_THROW(ledger.restore({0, 5, {2, 2}, {}, {}}), ledger_error);
 }
 
 }  // namespace

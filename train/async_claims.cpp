@@ -15,6 +15,57 @@ async_claims::async_claims(std::size_t samples, std::uint64_t seed, bool shuffle
   if (samples == 0) throw std::invalid_argument("async_claims: no samples");
 }
 
+async_claims::async_claims(std::size_t samples, std::uint64_t seed, bool shuffle, std::int64_t epochs,
+                           const async_position& p)
+    : async_claims(samples, seed, shuffle, epochs) {
+  const auto bad = [](const std::string& what) { throw std::invalid_argument("async claims: " + what); };
+  if (p.done < 0 || p.done > epochs) bad("epochs_done " + std::to_string(p.done) + " of a run of " + std::to_string(epochs));
+  done_ = p.done;
+  for (std::size_t e = 0; e < p.requeued.size() && e < requeued_.size(); ++e) requeued_[e] = p.requeued[e];
+  const auto n = static_cast<std::int64_t>(samples);
+  for (const async_epoch_position& e : p.open) {
+    const std::string where = "epoch " + std::to_string(e.epoch) + ": ";
+    if (e.epoch < done_ || e.epoch >= epochs || open_.count(e.epoch)) bad(where + "not an open epoch of this run");
+    if (e.next < 0 || e.next > n || e.returned.size() % 2 != 0) bad(where + "positions past its " + std::to_string(n) + " samples");
+    epoch_state& s = at(e.epoch);
+    s.next = static_cast<std::size_t>(e.next);
+    std::int64_t back = 0;
+    for (std::size_t i = 0; i < e.returned.size(); i += 2) {
+      const std::int64_t first = e.returned[i], count = e.returned[i + 1];
+      if (first < 0 || count <= 0 || first + count > e.next) bad(where + "a returned range past what was handed out");
+      const auto b = s.order.begin() + first;
+      s.returned.push_back(async_claim{e.epoch, first, {b, b + static_cast<std::ptrdiff_t>(count)}});
+      back += count;
+    }
+    if (e.committed < 0 || e.committed + back != e.next)
+      bad(where + std::to_string(e.committed) + " committed and " + std::to_string(back) + " returned of " +
+          std::to_string(e.next) + " handed out");
+    s.committed = e.committed;
+  }
+}
+
+async_position async_claims::position(std::span<const async_claim> outstanding) const {
+  async_position p;
+  p.active = true;
+  p.done = done_;
+  p.requeued = requeued_;
+  for (const auto& [e, s] : open_) {
+    async_epoch_position ep;
+    ep.epoch = e;
+    ep.next = static_cast<std::int64_t>(s.next);
+    ep.committed = s.committed;
+    const auto add = [&](const async_claim& c) {
+      ep.returned.push_back(c.first);
+      ep.returned.push_back(static_cast<std::int64_t>(c.rows.size()));
+    };
+    for (const async_claim& c : outstanding)
+      if (c.epoch == e) add(c);
+    for (const async_claim& c : s.returned) add(c);
+    p.open.push_back(std::move(ep));
+  }
+  return p;
+}
+
 async_claims::epoch_state& async_claims::at(std::int64_t e) {
   auto it = open_.find(e);
   if (it == open_.end()) {

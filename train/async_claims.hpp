@@ -29,7 +29,10 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <span>
 #include <vector>
+
+#include "data/async_position.hpp"
 
 namespace dpactor {
 
@@ -44,6 +47,16 @@ class async_claims {
   // `samples` training samples, epochs 0 .. epochs - 1 in the order of
   // epoch_order(samples, seed, epoch, shuffle) (data/sampler.hpp).
   async_claims(std::size_t samples, std::uint64_t seed, bool shuffle, std::int64_t epochs);
+  // Resumed from a checkpoint's position. Throws std::invalid_argument
+  // naming what does not fit the data (an epoch past `epochs`, a range past
+  // the samples, counts that do not add up).
+  async_claims(std::size_t samples, std::uint64_t seed, bool shuffle, std::int64_t epochs, const async_position& at);
+
+  // Where the claims stand, for a checkpoint, with `outstanding` (claims
+  // handed out and neither committed nor given back: rounds in flight or
+  // waiting) given back first: a resumed run trains them again, and
+  // everything committed stays committed.
+  async_position position(std::span<const async_claim> outstanding) const;
 
   // The next at most `n` (>= 1) samples: the oldest epoch's given-back
   // samples first, then its order where it was left; nullopt once every

@@ -260,6 +260,13 @@ json trainer_json(const trainer_record& r) {
   if (r.position.stream.active)
     j["stream"] = {{"committed_sequence", r.position.stream.committed},
                    {"trained_above", r.position.stream.trained_above}};
+  // See Note [Async checkpoints]: the claims, the run's rounds in flight given back.
+  if (const async_position& a = r.position.async; a.active) {
+    json open = json::array();
+    for (const async_epoch_position& e : a.open)
+      open.push_back({{"epoch", e.epoch}, {"next", e.next}, {"committed", e.committed}, {"returned", e.returned}});
+    j["async"] = {{"epochs_done", a.done}, {"requeued", a.requeued}, {"open", std::move(open)}};
+  }
   return j;
 }
 
@@ -299,6 +306,20 @@ trainer_record parse_trainer_json(const std::string& text, const std::string& or
       r.position.stream.committed = json_int(stream->at("committed_sequence"), "stream.committed_sequence");
       for (const auto& i : stream->at("trained_above"))
         r.position.stream.trained_above.push_back(json_int(i, "stream.trained_above"));
+    }
+    if (const auto async = doc.find("async"); async != doc.end()) {
+      async_position& a = r.position.async;
+      a.active = true;
+      a.done = json_int(async->at("epochs_done"), "async.epochs_done");
+      for (const auto& i : async->at("requeued")) a.requeued.push_back(json_int(i, "async.requeued"));
+      for (const auto& e : async->at("open")) {
+        async_epoch_position p;
+        p.epoch = json_int(e.at("epoch"), "async.open.epoch");
+        p.next = json_int(e.at("next"), "async.open.next");
+        p.committed = json_int(e.at("committed"), "async.open.committed");
+        for (const auto& i : e.at("returned")) p.returned.push_back(json_int(i, "async.open.returned"));
+        a.open.push_back(std::move(p));
+      }
     }
     const json& sampler = doc.at("rng").at("sampler");
     r.seed = static_cast<std::uint64_t>(json_int(sampler.at("seed"), "rng.sampler.seed"));

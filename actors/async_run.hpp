@@ -38,7 +38,30 @@
 // parameters to the device and its contribution back, 4 bytes a float each.
 // Each decision is recorded, and a run can follow a record instead of the
 // clock (See Note [Async replay], train/async_replay.hpp). Not built yet
-// (docs/plans/async-rounds.md): checkpoints, several processes.
+// (docs/plans/async-rounds.md): several processes.
+//
+// Note [Async checkpoints]
+// A checkpoint is taken between two messages of the reducer, right after a
+// commit (every train.checkpoint_every rounds, at the end, at stop() and
+// below cluster.min_devices), while devices may be training: it holds what
+// the committed rounds made and nothing undecided. So:
+// - model and optimizer: the global replica (the outer optimizer's state)
+//   after `round` commits; trainer.json's step is `round`;
+// - each worker's state at the start of its first round not decided (in
+//   flight or waiting in the open round; else its next round), read from
+//   the store (a round writes the state after it, never over the one
+//   before);
+// - the claims (trainer.json "async": per open epoch, the positions handed
+//   out, those committed, and the ranges not trained), with the claims of
+//   the undecided rounds given back: a resumed run trains them again, so
+//   every sample of an epoch is in one committed contribution across both
+//   runs.
+// A resume (on any number of devices) starts every worker's next round from
+// the checkpoint's global weights, numbered from `round` (the store holds
+// the states at that round), and goes on claiming where the claims stood.
+// The kept global weights of older rounds are not saved: no contribution
+// is stale across a resume. Not saved either: the decisions, which the
+// metrics stream holds (a replay runs a whole run, from its start).
 //
 // Note [Async faults]
 // The reducer watches every device (a CAF monitor). A device that ends on

@@ -2,7 +2,8 @@
 // Checkpoint directories (DESIGN.md, "Checkpoints"):
 //   DIR/step-00000470/model.safetensors      parameters, PyTorch nn.Sequential names
 //   DIR/step-00000470/optimizer.safetensors  slots "<param>.<slot>", step in metadata
-//   DIR/step-00000470/trainer.json           step, epoch, ledger position, seed, config
+//   DIR/step-00000470/trainer.json           step, epoch, ledger position, seed, config; in
+//                                            sync.mode = "async" the claims ("async")
 //   DIR/step-00000470/workers.safetensors    round modes: each logical worker's inner optimizer
 //                                            state "worker.<k>.<param>.<slot>", steps in metadata,
 //                                            with a codec its residual "worker.<k>.residual.<param>",

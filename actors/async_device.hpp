@@ -12,14 +12,17 @@
 
 namespace dpactor {
 
+struct async_device_watch;
+
 struct async_device_state {
   std::shared_ptr<device_setup> setup;
   caf::actor reducer;
-  device_progress progress;
+  std::shared_ptr<async_device_watch> watch;  // its progress, which the reducer reads
+  bool first_round = true;
   static inline const char* name = "dpactor.async_device";
 };
 
 caf::behavior async_device(caf::stateful_actor<async_device_state>* self, std::shared_ptr<device_setup> setup,
-                           caf::actor reducer);
+                           caf::actor reducer, std::shared_ptr<async_device_watch> watch);
 
 }  // namespace dpactor

@@ -2,6 +2,7 @@
 // What the actors of an async run send each other, in one process (See Note
 // [Async rounds], actors/async_run.hpp): shared buffers, never serialised.
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -10,6 +11,7 @@
 #include <caf/all.hpp>
 
 #include "tensors/compute_model.hpp"
+#include "train/device_progress.hpp"
 #include "train/async_claims.hpp"
 
 namespace dpactor {
@@ -37,6 +39,28 @@ struct async_contribution_msg {
   std::string error;
 };
 
+// A device's progress, which the reducer reads to find it hung (See Note
+// [Async faults]), and the reducer's word that it was given up on (a hung
+// fault then returns).
+struct async_device_watch {
+  device_progress progress;
+  std::atomic<bool> released{false};
+};
+
+// A device of the run and its watch.
+struct spawned_device {
+  caf::actor actor;
+  std::shared_ptr<async_device_watch> watch;
+};
+
+// The run's first devices, spawn_async_run -> the reducer.
+struct async_devices_msg {
+  std::shared_ptr<std::vector<spawned_device>> devices;
+};
+
+// The reducer's look at its devices' progress, reducer -> itself.
+struct async_hang_tick_msg {};
+
 // The open round's deadline, reducer -> itself.
 struct async_deadline_msg {
   std::int64_t round = 0;
@@ -47,3 +71,5 @@ struct async_deadline_msg {
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dpactor::async_round_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dpactor::async_contribution_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dpactor::async_deadline_msg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dpactor::async_hang_tick_msg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dpactor::async_devices_msg)

@@ -21,6 +21,7 @@
 #include "train/async_commit.hpp"
 #include "train/async_merge.hpp"
 #include "train/async_replay.hpp"
+#include "train/hang_check.hpp"
 
 namespace dpactor {
 namespace {
@@ -73,6 +74,8 @@ struct async_reducer_state {
   // it leaves once its round is in.
   std::vector<std::optional<pending_contribution>> in_flight;
   std::vector<bool> live, leaving;
+  std::vector<std::shared_ptr<async_device_watch>> watches;  // by device: its progress
+  std::deque<double> inner_step_s;  // recent rounds' seconds per inner step, for the automatic hang timeout
   std::vector<fault_spec> membership_faults;  // join and leave, not yet applied
   std::int64_t lost_rounds = 0;
   checkpoint_writer_actor writer;  // none without train.checkpoint_dir
@@ -206,19 +209,22 @@ double fastest(const async_reducer_state& st) {
   return best;
 }
 
-caf::actor spawn_async_device(caf::actor_system& system, const job_config& config, const launch_plan& plan,
-                              const std::shared_ptr<run_control>& control, int id, caf::actor reducer) {
+spawned_device spawn_async_device(caf::actor_system& system, const job_config& config, const launch_plan& plan,
+                                  const std::shared_ptr<run_control>& control, int id, caf::actor reducer) {
   auto setup = make_device_setup(config, plan, id);
   if (config.train.record_trained) setup->on_trained = [control](const trained_event& e) { control->emit(e); };
-  return system.spawn<caf::detached>(async_device, std::move(setup), std::move(reducer));
+  auto watch = std::make_shared<async_device_watch>();
+  return {system.spawn<caf::detached>(async_device, std::move(setup), std::move(reducer), watch), watch};
 }
 
 // A device becomes a member (at the start, or joining): watched, so that its
-// failure is seen (See Note [Async faults]).
-void add_device(reducer_ptr self, caf::actor device) {
+// failure is seen, and its progress read, so that its hang is (See Note
+// [Async faults]).
+void add_device(reducer_ptr self, spawned_device device) {
   auto& st = self->state;
-  self->monitor(device);
-  st.devices.push_back(std::move(device));
+  self->monitor(device.actor);
+  st.watches.push_back(std::move(device.watch));
+  st.devices.push_back(std::move(device.actor));
   st.device_worker.push_back(-1);
   st.in_flight.emplace_back();
   st.live.push_back(true);
@@ -569,6 +575,41 @@ void leave(reducer_ptr self, std::size_t d) {
   remove_device(self, d, name + " left");
 }
 
+// See Note [Async faults]: a device in its own work without progress for
+// longer than the hang timeout is given up on, as a failed one is; the
+// check runs about four times a timeout.
+void try_commit(reducer_ptr self);
+
+void check_hangs(reducer_ptr self) {
+  auto& st = self->state;
+  if (!st.running) return;
+  std::vector<double> sorted(st.inner_step_s.begin(), st.inner_step_s.end());
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted.empty() ? 0.0 : sorted[sorted.size() / 2];
+  const hang_limits limits{hang_timeout(st.config.cluster.hang_timeout_s, median), st.config.cluster.first_step_timeout_s};
+  const auto now = device_progress::clock::now();
+  for (std::size_t d = 0; d < st.devices.size() && st.running && !st.ending; ++d) {
+    if (!st.live[d] || !st.in_flight[d]) continue;
+    const device_progress::snapshot p = st.watches[d]->progress.read();
+    const double stalled = stalled_alone_s(p, now, limits);
+    if (stalled <= 0.0) continue;
+    const std::string name = device_name(st.config, static_cast<int>(d));
+    char what[160];
+    std::snprintf(what, sizeof what, " hung: in %s of worker %zu's round %lld for %.1f s (hang timeout %.1f s)",
+                  std::string(phase_name(p.phase)).c_str(), st.in_flight[d]->worker,
+                  static_cast<long long>(st.in_flight[d]->worker_round), stalled, limits.timeout_s);
+    self->demonitor(st.devices[d]);
+    st.watches[d]->released = true;  // a hung fault returns, and the device exits
+    self->send_exit(st.devices[d], caf::exit_reason::user_shutdown);
+    remove_device(self, d, name + what);
+    try_commit(self);
+  }
+  if (st.running) {
+    const auto every = std::chrono::duration<double>(std::clamp(limits.timeout_s / 4.0, 0.01, 1.0));
+    self->delayed_send(self, std::chrono::duration_cast<std::chrono::microseconds>(every), async_hang_tick_msg{});
+  }
+}
+
 // join:cpu@S and leave:R@S, once round S - 1 (steps count from 1) is next.
 void apply_membership_faults(reducer_ptr self) {
   auto& st = self->state;
@@ -582,7 +623,8 @@ void apply_membership_faults(reducer_ptr self) {
   for (const fault_spec& f : now) {
     if (f.kind == fault_kind::join) {
       const int id = static_cast<int>(st.devices.size());
-      add_device(self, spawn_async_device(self->system(), st.config, *st.plan, st.control, id, caf::actor_cast<caf::actor>(self)));
+      add_device(self,
+                 spawn_async_device(self->system(), st.config, *st.plan, st.control, id, caf::actor_cast<caf::actor>(self)));
       emit_membership(st, device_name(st.config, id) + " joined");
     } else if (f.kind == fault_kind::leave && static_cast<std::size_t>(f.device) < st.devices.size() &&
                st.live[static_cast<std::size_t>(f.device)]) {
@@ -749,14 +791,16 @@ caf::behavior async_reducer(reducer_ptr self, job_config config, std::shared_ptr
         open_round(self);
         apply_membership_faults(self);
         dispatch_all(self);
+        check_hangs(self);
       },
       [self](stop_atom) {  // a stopped run leaves a checkpoint to resume from
         if (self->state.writer) write_checkpoint(self, true, true);
         else finish(self, true);
       },
-      [self](std::vector<caf::actor>& devices) {
-        for (caf::actor& d : devices) add_device(self, std::move(d));
+      [self](async_devices_msg& m) {
+        for (spawned_device& d : *m.devices) add_device(self, std::move(d));
       },
+      [self](async_hang_tick_msg) { check_hangs(self); },
       [self](async_deadline_msg m) {
         if (m.round == self->state.round) try_commit(self);
       },
@@ -774,6 +818,10 @@ caf::behavior async_reducer(reducer_ptr self, job_config config, std::shared_ptr
         w.device = -1;
         w.waiting = true;
         const double rate = m.seconds > 0.0 ? static_cast<double>(m.claim.rows.size()) / m.seconds : 0.0;
+        const auto inner = static_cast<double>((m.claim.rows.size() + st.plan->shape.worker_batch() - 1) /
+                                               st.plan->shape.worker_batch());
+        st.inner_step_s.push_back(m.seconds / std::max(1.0, inner));
+        if (st.inner_step_s.size() > 64) st.inner_step_s.pop_front();
         const double a = st.config.straggler.smoothing;
         w.throughput = w.throughput > 0.0 ? a * rate + (1.0 - a) * w.throughput : rate;
         st.bytes_sent += static_cast<std::int64_t>(parameters(st) * sizeof(float));
@@ -798,9 +846,12 @@ async_run spawn_async_run(caf::actor_system& system, const job_config& config, s
   run.writer = caf::actor_cast<caf::actor>(writer);
   run.reducer = system.spawn<caf::detached>(async_reducer, config, plan, control, started,
                                             std::make_shared<async_record>(std::move(record)), writer);
-  for (int d = 0; d < plan->replicas; ++d)
-    run.devices.push_back(spawn_async_device(system, config, *plan, control, d, run.reducer));
-  caf::anon_send(run.reducer, run.devices);
+  auto devices = std::make_shared<std::vector<spawned_device>>();
+  for (int d = 0; d < plan->replicas; ++d) {
+    devices->push_back(spawn_async_device(system, config, *plan, control, d, run.reducer));
+    run.devices.push_back(devices->back().actor);
+  }
+  caf::anon_send(run.reducer, async_devices_msg{std::move(devices)});
   return run;
 }
 

@@ -76,6 +76,10 @@
 // workers than live devices, the free worker with the fewest rounds). The
 // commit rule counts the workers alive (running or waiting), so a lost
 // round does not hold the quorum; the deadline ends a round in any case.
+// A hung device is found on its own (stalled_alone_s, train/hang_check.hpp:
+// in its own work without progress past the hang timeout; the others go on
+// committing, so the run as a whole never stalls) and given up on as a
+// failed one (hang:R@S blocks a round until then).
 // leave:R@S: the device gets no new round once round S - 1 is next, and
 // leaves when its round in flight is in (merged or dropped as any other).
 // join:cpu@S: a new device, with the next number, takes free workers from

@@ -335,10 +335,11 @@ void Engine::start() {
   if (config.sync.mode == sync_mode::async) record = async_record_of(config, m.options, *plan);
   if (config.sync.mode == sync_mode::async)
     for (const fault_spec& f : plan->faults)
-      if (f.kind != fault_kind::slow && f.kind != fault_kind::fail && f.kind != fault_kind::join &&
-          f.kind != fault_kind::leave)
+      if (f.kind != fault_kind::slow && f.kind != fault_kind::fail && f.kind != fault_kind::hang &&
+          f.kind != fault_kind::join && f.kind != fault_kind::leave)
         throw config_error(config.source + ": faults.inject = \"" + f.text + "\": sync.mode = \"async\" takes "
-                           "slow, fail, join and leave faults in this version (docs/async.md, \"Faults\")");
+                           "slow, fail, hang, join and leave faults in this version (docs/async.md, \"Asynchronous "
+                           "rounds\")");
   const auto latest = published_parameters(config, plan->layout);
   {
     std::lock_guard lock(m.stream_mutex);

@@ -291,6 +291,24 @@ TEST(AsyncCheckpoints, AStoppedRunResumedOnOtherDevicesCommitsEverySampleOnce) {
   EXPECT_GT(second.summary.test_accuracy, 0.5);
 }
 
+// See Note [Async faults]: a device hung in its round (hang:R@S) is given
+// up on after the hang timeout, as a failed one is: its round is lost and
+// run again elsewhere, the others never wait for it, and every sample of
+// every epoch is committed once.
+TEST(AsyncRounds, AHungDeviceIsGivenUpOnAndItsRoundRunsElsewhere) {
+  job_config c = async_job(4);
+  c.train.record_trained = true;
+  c.cluster.hang_timeout_s = 0.3;
+  c.faults.inject = {"hang:1@3"};
+  const async_result r = train(c);
+  EXPECT_EQ(every_sample_once_by_the_devices(r, 3), "");
+  EXPECT_TRUE(changed(r, "cpu:1 hung: in forward of worker 1's round")) << "the hang is a membership change";
+  std::int64_t lost = 0;
+  for (const round_decision_event& d : r.decisions) lost += static_cast<std::int64_t>(d.lost.size());
+  EXPECT_EQ(lost, 1);
+  EXPECT_EQ(r.summary.samples, 3 * 1024);
+}
+
 // Below cluster.min_devices live devices the run fails, naming the device.
 TEST(AsyncRounds, EveryDeviceFailingEndsTheRunWithAnErrorNamingTheLastOne) {
   job_config c = async_job(2);
@@ -486,9 +504,9 @@ TEST(AsyncRounds, WhatThisVersionDoesNotTakeIsRefusedNamingIt) {
   const std::string delay = async_error({"train.checkpoint_dir=\"\"", "sync.delay=1"});
   EXPECT_NE(delay.find("sync.delay"), std::string::npos) << delay;
   job_config c = async_job(2);
-  c.faults.inject = {"hang:1@3"};
-  const std::string hang = testing::error_of<config_error>([&] { Engine(c).start(); });
-  EXPECT_NE(hang.find("hang:1@3"), std::string::npos) << hang;
+  c.faults.inject = {"jitter:1:0.5:10"};
+  const std::string jitter = testing::error_of<config_error>([&] { Engine(c).start(); });
+  EXPECT_NE(jitter.find("jitter:1:0.5:10"), std::string::npos) << jitter;
   job_config coordinator = async_job(2);
   run_options options;
   options.coordinator = coordinator_options{};

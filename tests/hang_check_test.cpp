@@ -22,6 +22,17 @@ member_progress at(std::size_t rank, device_phase phase, clock_type::time_point 
   return {rank, "cpu:" + std::to_string(rank), {phase, 11, since, warming}};
 }
 
+// sync.mode = "async": a device is judged alone, in its own work only.
+TEST(HangCheck, AnAsyncDeviceIsHungAloneInItsOwnWorkPastItsLimit) {
+  const auto one = [](device_phase p, bool warming = false) { return at(1, p, t0, warming).progress; };
+  EXPECT_EQ(stalled_alone_s(one(device_phase::forward), t0 + milliseconds(900), limits), 0.0);
+  EXPECT_DOUBLE_EQ(stalled_alone_s(one(device_phase::forward), t0 + milliseconds(1500), limits), 1.5);
+  EXPECT_EQ(stalled_alone_s(one(device_phase::data), t0 + seconds(30), limits), 0.0)
+      << "a device waiting for its next round is not hung";
+  EXPECT_EQ(stalled_alone_s(one(device_phase::forward, true), t0 + seconds(30), limits), 0.0) << "its first round";
+  EXPECT_DOUBLE_EQ(stalled_alone_s(one(device_phase::forward, true), t0 + seconds(61), limits), 61.0);
+}
+
 TEST(HangCheck, NoStallWhileAnyMemberProgresses) {
   // Rank 1 computes a long step in many micro-batches: each is progress.
   const std::vector<member_progress> m{at(0, device_phase::collective, t0), at(1, device_phase::forward, t0 + seconds(4))};

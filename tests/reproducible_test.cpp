@@ -15,7 +15,10 @@
 // logical workers),
 // whose checkpoints also hold the workers' inner states, residuals and own
 // parameters (workers.safetensors, compared through the resumed runs' final
-// bytes).
+// bytes). Every test compares against the case's quiet run (2 replicas, no
+// faults); ctest runs each test in its own process, so the first to run it
+// keeps its bytes in the build tree for the others (quiet_cache, keyed by
+// the program's and library's files, the command and the config).
 
 #include <gtest/gtest.h>
 

@@ -81,6 +81,14 @@ bool stall_possible(device_progress::clock::time_point now, device_progress::clo
   return seconds(now - last_commit) > limits.timeout_s;
 }
 
+double stalled_alone_s(const device_progress::snapshot& s, device_progress::clock::time_point now,
+                       const hang_limits& limits) {
+  if (!is_own_work(s.phase)) return 0.0;
+  const double stalled = seconds(now - s.since);
+  const double allowed = s.warming ? std::max(limits.first_step_s, limits.timeout_s) : limits.timeout_s;
+  return stalled > allowed ? stalled : 0.0;
+}
+
 double hang_timeout(double configured_s, double median_step_s) {
   if (configured_s > 0.0) return configured_s;
   return std::max(automatic_timeout_floor_s, automatic_timeout_steps * median_step_s);

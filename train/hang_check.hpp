@@ -70,6 +70,14 @@ hang_verdict find_hang(std::span<const member_progress> members, device_progress
 bool stall_possible(device_progress::clock::time_point now, device_progress::clock::time_point last_commit,
                     const hang_limits& limits);
 
+// sync.mode = "async" (See Note [Async faults]): each device is judged on
+// its own, since the others go on committing rounds: one in its own work
+// (not waiting for its next round) without progress for longer than its
+// limit (the first-step bound while warming) is hung. Returns the seconds
+// since its last progress then, else 0.
+double stalled_alone_s(const device_progress::snapshot& s, device_progress::clock::time_point now,
+                       const hang_limits& limits);
+
 // The hang timeout in seconds: the configured one, or max(5 s, 20 x the
 // median step time).
 double hang_timeout(double configured_s, double median_step_s);

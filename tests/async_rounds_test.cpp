@@ -237,6 +237,73 @@ TEST(AsyncRounds, AFailedALeavingAndAJoiningDeviceLoseNoSampleAndTrainNoneTwice)
   EXPECT_EQ(r.summary.epochs, 3);
 }
 
+// The run stopped (Engine::stop) once `round` commits: the next rounds are
+// in flight by then (the reducer hands them out before it reads the stop).
+// With `one_more_trained`, once a device reports the first of those rounds
+// trained instead: that worker's state after it is in the store, and the
+// round is still undecided.
+async_result train_until_stopped(const job_config& config, std::int64_t round, bool one_more_trained = false) {
+  async_result r;
+  Engine engine(config);
+  std::mutex mutex;
+  bool committed = false;
+  engine.on_event([&](const event& e) {
+    const std::lock_guard lock(mutex);
+    if (const auto* d = std::get_if<round_decision_event>(&e)) {
+      r.decisions.push_back(*d);
+      if (d->committed && d->round == round) {
+        committed = true;
+        if (!one_more_trained) engine.stop();
+      }
+    }
+    if (const auto* t = std::get_if<trained_event>(&e)) {
+      r.trained.push_back(*t);
+      if (committed && std::exchange(one_more_trained, false)) engine.stop();
+    }
+    if (const auto* ep = std::get_if<epoch_event>(&e)) r.epochs.push_back(*ep);
+  });
+  engine.start();
+  r.summary = testing::wait_or_exit(engine, std::chrono::seconds(60), "the async run to stop");
+  return r;
+}
+
+// See Note [Async checkpoints]: with every worker in every round (diloco's
+// rounds), a run stopped with its workers' rounds in flight and resumed from
+// its checkpoint ends with the bytes of the run never stopped: the
+// checkpoint holds each worker's state from before its undecided round and
+// gives that round's claim back, so the resumed run trains the round again
+// from the same state on the same samples.
+TEST(AsyncCheckpoints, WithEveryWorkerInEveryRoundAResumedRunEndsWithTheBytesOfTheRunNeverStopped) {
+  testing::scratch_dir dir;
+  job_config c = async_job(4);
+  c.sync.quorum = 4;
+  c.sync.grace_ms = 3600000.0;
+  c.straggler.policy = straggler_policy::none;  // H inner steps for every worker, whatever its speed
+  c.train.record_trained = true;
+  c.train.checkpoint_dir = (dir / "whole").string();
+  const async_result whole = train(c);
+  ASSERT_EQ(whole.epochs.size(), 3u);
+  c.train.checkpoint_dir = (dir / "stopped").string();
+  const async_result stopped = train_until_stopped(c, 6, true);  // 4 rounds an epoch: in epoch 1
+  ASSERT_TRUE(stopped.summary.stopped);
+  ASSERT_EQ(stopped.epochs.size(), 1u);
+  const trainer_record record = read_trainer_record(stopped.summary.checkpoint);
+  ASSERT_EQ(record.step, 7);
+  std::size_t undecided = 0;
+  for (const async_epoch_position& e : record.position.async.open) undecided += e.returned.size() / 2;
+  EXPECT_EQ(undecided, 4u) << "every worker had a round in flight at the stop";
+  run_options options;
+  options.resume_from = stopped.summary.checkpoint;
+  const async_result resumed = train(c, options);
+  ASSERT_EQ(resumed.epochs.size(), 2u);
+  for (std::size_t e = 0; e < 2; ++e)
+    EXPECT_EQ(resumed.epochs[e].test_loss, whole.epochs[e + 1].test_loss) << "epoch " << e + 1;
+  // Epoch 1's training loss is over its rounds in each run; epoch 2 is all the resumed run's.
+  EXPECT_EQ(resumed.epochs[1].train_loss, whole.epochs[2].train_loss);
+  EXPECT_EQ(resumed.summary.test_loss, whole.summary.test_loss);
+  EXPECT_EQ(resumed.summary.steps, whole.summary.steps);
+}
+
 // See Note [Async checkpoints]: a run with a failed device, stopped in the
 // middle of an epoch with rounds in flight and waiting, leaves a checkpoint
 // whose claims give those rounds' samples back; resumed on 2 devices
@@ -249,22 +316,7 @@ TEST(AsyncCheckpoints, AStoppedRunResumedOnOtherDevicesCommitsEverySampleOnce) {
   c.train.record_trained = true;
   c.train.checkpoint_dir = (dir / "ck").string();
   c.faults.inject = {"fail:1@3"};
-  async_result first;
-  {
-    Engine engine(c);
-    std::mutex mutex;
-    engine.on_event([&](const event& e) {
-      const std::lock_guard lock(mutex);
-      if (const auto* d = std::get_if<round_decision_event>(&e)) {
-        first.decisions.push_back(*d);
-        if (d->committed && d->round == 6) engine.stop();  // in epoch 1 (about 5 rounds an epoch)
-      }
-      if (const auto* t = std::get_if<trained_event>(&e)) first.trained.push_back(*t);
-      if (const auto* ep = std::get_if<epoch_event>(&e)) first.epochs.push_back(*ep);
-    });
-    engine.start();
-    first.summary = testing::wait_or_exit(engine, std::chrono::seconds(60), "the async run to stop");
-  }
+  const async_result first = train_until_stopped(c, 6);  // in epoch 1 (about 5 rounds an epoch)
   ASSERT_TRUE(first.summary.stopped);
   ASSERT_FALSE(first.summary.checkpoint.empty()) << "a stopped run leaves a checkpoint";
   ASSERT_LT(first.epochs.size(), 3u) << "the run ended before the stop";

@@ -483,6 +483,9 @@ void apply(reducer_ptr self, const async_decision& d) {
   st.last_lr = outer_rate(st, d.samples);
   st.global->update_in_place(st.last_lr, d.samples);
   publish(st);
+  // The training statistics add up in worker order, not arrival order: the
+  // records are then a function of the decisions, as the bytes are.
+  std::sort(merged.begin(), merged.end(), [](const auto& a, const auto& b) { return a.worker < b.worker; });
   for (pending_contribution& p : merged) {
     st.claims->commit(p.claim);
     st.samples += static_cast<std::int64_t>(p.claim.rows.size());

@@ -21,6 +21,7 @@
 #include "train/async_commit.hpp"
 #include "train/async_merge.hpp"
 #include "train/async_replay.hpp"
+#include "train/event_json.hpp"
 #include "train/hang_check.hpp"
 
 namespace dpactor {
@@ -81,6 +82,7 @@ struct async_reducer_state {
   checkpoint_writer_actor writer;  // none without train.checkpoint_dir
   bool ending = false;             // the last checkpoint is being written; the run ends after it
   std::string last_checkpoint;
+  std::string decisions;  // every round_decision record so far, JSON Lines: checkpoints hold them
   std::int64_t generation = 0;  // membership changes, for membership events
   std::vector<pending_contribution> arrived;  // in arrival order
   std::int64_t round = 0;               // committed rounds; the open one is this
@@ -148,6 +150,7 @@ write_checkpoint_msg checkpoint_of(const async_reducer_state& st) {
   }
   m.position.epoch = st.epochs_done;
   m.position.async = st.claims->position(outstanding);
+  m.decisions = st.decisions;
   return m;
 }
 
@@ -425,6 +428,7 @@ void emit_record(async_reducer_state& st, round_decision_event& record) {
     record.data = st.data_fingerprint;
     record.workers = static_cast<std::int64_t>(st.workers.size());
   }
+  if (st.writer) st.decisions += to_json(event{record}).dump() + "\n";
   st.control->emit(record);
 }
 
@@ -644,8 +648,9 @@ void follow_record(reducer_ptr self) {
   auto& st = self->state;
   while (st.running) {
     const round_decision_event* next = st.replay->next_decision();
-    if (next == nullptr) {  // the recorded run ended here (it was stopped)
-      finish(self, true);
+    if (next == nullptr) {  // the recorded run ended here (it was stopped, or its checkpoint was taken)
+      if (st.writer) write_checkpoint(self, true, true);
+      else finish(self, true);
       return;
     }
     const auto here = [&](const round_contribution& c) {

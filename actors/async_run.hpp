@@ -60,8 +60,11 @@
 // the checkpoint's global weights, numbered from `round` (the store holds
 // the states at that round), and goes on claiming where the claims stood.
 // The kept global weights of older rounds are not saved: no contribution
-// is stale across a resume. Not saved either: the decisions, which the
-// metrics stream holds (a replay runs a whole run, from its start).
+// is stale across a resume. The decisions up to the checkpoint are
+// (decisions.jsonl, the metrics stream's round_decision records): replayed,
+// they end at the checkpoint with its model and optimizer bytes (a replay
+// runs from a run's start, so a resumed run's checkpoints hold the
+// decisions since its resume, which replay nothing on their own).
 //
 // Note [Async faults]
 // The reducer watches every device (a CAF monitor). A device that ends on

@@ -15,6 +15,7 @@ checkpoint_writer_actor::behavior_type checkpoint_writer_behavior(std::shared_pt
         record.train_samples = setup->train_samples;
         record.data_fingerprint = setup->data_fingerprint;
         record.config = setup->config_toml;
+        record.decisions = msg.decisions;
         checkpoint_written_msg reply{msg.step, {}, {}, msg.position.stream.committed};
         try {
           const std::span<const float> state(msg.state);

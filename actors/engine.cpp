@@ -33,9 +33,18 @@ namespace {
 async_record async_record_of(const job_config& config, const run_options& options, const launch_plan& plan) {
   async_record r;
   // The job with its logical workers as the run has them (sync.workers = 0:
-  // one per device), so that a replay on other devices can name them.
+  // one per device), so that a replay on other devices can name them; and
+  // without what only records or saves the run (checkpoints, logs,
+  // evaluations, audits): a replay may do those its own way.
   job_config effective = config;
   effective.sync.workers = plan.shape.workers;
+  const train_config defaults;
+  effective.train.checkpoint_every = defaults.checkpoint_every;
+  effective.train.checkpoint_every_s = defaults.checkpoint_every_s;
+  effective.train.keep_checkpoints = defaults.keep_checkpoints;
+  effective.train.log_every = defaults.log_every;
+  effective.train.eval_every = defaults.eval_every;
+  effective.train.record_trained = defaults.record_trained;
   r.job = job_identity(effective);
   r.data = data_fingerprint(*plan.data.train, *plan.data.test);
   if (options.replay_rounds.empty()) return r;

@@ -17,10 +17,11 @@ struct write_checkpoint_msg {
   bool final = false;
   std::vector<float> state;
   ledger_position position;
+  std::string decisions;  // sync.mode = "async": its decisions so far, JSON Lines (trainer_record::decisions)
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, write_checkpoint_msg& x) {
-  return f(caf::meta::type_name("write_checkpoint_msg"), x.step, x.epoch, x.final, x.state, x.position);
+  return f(caf::meta::type_name("write_checkpoint_msg"), x.step, x.epoch, x.final, x.state, x.position, x.decisions);
 }
 
 struct checkpoint_written_msg {

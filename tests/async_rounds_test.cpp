@@ -18,6 +18,7 @@
 #include "config/config_file.hpp"
 #include "tests/test_support.hpp"
 #include "train/checkpoint.hpp"
+#include "train/async_replay.hpp"
 #include "train/event_json.hpp"
 #include "train/sample_digest.hpp"
 
@@ -491,6 +492,46 @@ TEST(AsyncReplay, AReplayOfARunWithAFailureGivesItsBytes) {
   EXPECT_EQ(replay.summary.steps, first.summary.steps);
   EXPECT_TRUE(same_decisions(replay.decisions, first.decisions)) << "a replay records the decisions it followed";
   EXPECT_EQ(every_sample_once_by_the_devices(replay, 3), "");
+}
+
+// See Note [Async checkpoints]: a checkpoint keeps the run's decisions up
+// to it (decisions.jsonl); replayed on 2 devices, they end where the
+// checkpoint was taken, and the replay's own checkpoint there holds the
+// model and optimizer bytes of the run's.
+TEST(AsyncReplay, ACheckpointsDecisionsReplayToItsModelAndOptimizerBytes) {
+  testing::scratch_dir dir;
+  job_config c = async_job(4);
+  c.sync.quorum = 1;
+  c.sync.max_staleness = 1;
+  c.faults.inject = {"slow:3:3", "fail:1@4"};
+  c.train.checkpoint_dir = (dir / "run").string();
+  c.train.checkpoint_every = 5;
+  c.train.keep_checkpoints = 0;
+  const async_result first = train(c);
+  ASSERT_EQ(first.epochs.size(), 3u);
+  const std::filesystem::path middle = dir / "run" / "step-00000010";
+  ASSERT_TRUE(std::filesystem::exists(middle / "decisions.jsonl"));
+  const std::vector<round_decision_event> kept = read_round_decisions((middle / "decisions.jsonl").string());
+  ASSERT_FALSE(kept.empty());
+  EXPECT_FALSE(kept.front().job.empty()) << "the first record names the job";
+  std::int64_t commits = 0;
+  for (const round_decision_event& d : kept) commits += d.committed ? 1 : 0;
+  EXPECT_EQ(commits, 10) << "the decisions up to the checkpoint, no later one";
+
+  job_config again = async_job(2);
+  again.sync.workers = 4;
+  again.sync.quorum = 1;
+  again.sync.max_staleness = 1;
+  again.train.checkpoint_dir = (dir / "replay").string();
+  run_options options;
+  options.replay_rounds = (middle / "decisions.jsonl").string();
+  const async_result replay = train(again, options);
+  EXPECT_TRUE(replay.summary.stopped) << "the record ends at the checkpoint";
+  EXPECT_EQ(replay.summary.steps, 10);
+  const std::filesystem::path end = dir / "replay" / "step-00000010";
+  ASSERT_TRUE(std::filesystem::exists(end)) << replay.summary.checkpoint;
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"})
+    EXPECT_TRUE(testing::read_text(end / file) == testing::read_text(middle / file)) << file << " differs";
 }
 
 TEST(AsyncReplay, AReplayOfAnotherJobOrDataOrNoRecordIsRefusedNamingTheDifference) {

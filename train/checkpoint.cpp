@@ -470,6 +470,7 @@ fs::path write_checkpoint(const fs::path& root, const state_layout& layout, std:
       save_powersgd(tmp / powersgd_file, layout, powersgd);
     }
     crash_point("optimizer written");
+    if (!record.decisions.empty()) write_file_synced(tmp / "decisions.jsonl", record.decisions);
     json trainer = trainer_json(record);
     trainer["crc32"] = crc32_hex(trainer.dump());
     write_file_synced(tmp / "trainer.json", trainer.dump() + "\n");

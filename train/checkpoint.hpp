@@ -4,6 +4,8 @@
 //   DIR/step-00000470/optimizer.safetensors  slots "<param>.<slot>", step in metadata
 //   DIR/step-00000470/trainer.json           step, epoch, ledger position, seed, config; in
 //                                            sync.mode = "async" the claims ("async")
+//   DIR/step-00000470/decisions.jsonl        sync.mode = "async": the run's round_decision records
+//                                            up to the checkpoint (what --replay-rounds reads)
 //   DIR/step-00000470/workers.safetensors    round modes: each logical worker's inner optimizer
 //                                            state "worker.<k>.<param>.<slot>", steps in metadata,
 //                                            with a codec its residual "worker.<k>.residual.<param>",
@@ -43,6 +45,10 @@ struct trainer_record {
   std::string data_fingerprint;
   std::string config;  // the effective config, TOML
   bool checksummed = true;  // read: the checkpoint's format carries checksums (See train/checkpoint_checksum.hpp)
+  // sync.mode = "async": the run's round_decision records up to the
+  // checkpoint, JSON Lines, written as decisions.jsonl (See Note [Async
+  // checkpoints]); not read back with the record.
+  std::string decisions;
 };
 
 // The round modes' logical workers (See Note [Logical workers]): each one's

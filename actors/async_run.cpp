@@ -582,11 +582,11 @@ void leave(reducer_ptr self, std::size_t d) {
   remove_device(self, d, name + " left");
 }
 
+void try_commit(reducer_ptr self);
+
 // See Note [Async faults]: a device in its own work without progress for
 // longer than the hang timeout is given up on, as a failed one is; the
 // check runs about four times a timeout.
-void try_commit(reducer_ptr self);
-
 void check_hangs(reducer_ptr self) {
   auto& st = self->state;
   if (!st.running) return;

@@ -351,14 +351,17 @@ TEST(AsyncCheckpoints, AStoppedRunResumedOnOtherDevicesCommitsEverySampleOnce) {
 TEST(AsyncRounds, AHungDeviceIsGivenUpOnAndItsRoundRunsElsewhere) {
   job_config c = async_job(4);
   c.train.record_trained = true;
-  c.cluster.hang_timeout_s = 0.3;
+  c.cluster.hang_timeout_s = 0.5;
   c.faults.inject = {"hang:1@3"};
   const async_result r = train(c);
   EXPECT_EQ(every_sample_once_by_the_devices(r, 3), "");
   EXPECT_TRUE(changed(r, "cpu:1 hung: in forward of worker 1's round")) << "the hang is a membership change";
+  // (A device descheduled for longer than the timeout on a loaded machine
+  // would be given up on too: at least cpu:1's round is lost.)
   std::int64_t lost = 0;
-  for (const round_decision_event& d : r.decisions) lost += static_cast<std::int64_t>(d.lost.size());
-  EXPECT_EQ(lost, 1);
+  for (const round_decision_event& d : r.decisions)
+    for (const round_contribution& l : d.lost) lost += l.worker == 1 ? 1 : 0;
+  EXPECT_EQ(lost, 1) << "cpu:1 ran worker 1 when it hung";
   EXPECT_EQ(r.summary.samples, 3 * 1024);
 }
 

@@ -417,6 +417,30 @@ bool same_decisions(std::vector<round_decision_event> a, std::vector<round_decis
   return text(a) == text(b);
 }
 
+// The recorded job of `recorded` replayed from `record` on 2 devices, its 4
+// logical workers kept, without its faults.
+async_result replay_on_two_devices(const job_config& recorded, const std::filesystem::path& record) {
+  job_config again = recorded;
+  again.cluster.cpus = 2;
+  again.sync.workers = 4;
+  again.faults = faults_config{};
+  run_options options;
+  options.replay_rounds = record.string();
+  return train(again, options);
+}
+
+// The replay's epochs, rounds and decisions are the recorded run's.
+void expect_the_recorded_runs_bytes(const async_result& replay, const async_result& first) {
+  ASSERT_EQ(replay.epochs.size(), 3u);
+  for (std::size_t e = 0; e < 3; ++e) {
+    EXPECT_EQ(replay.epochs[e].test_loss, first.epochs[e].test_loss) << "epoch " << e;
+    EXPECT_EQ(replay.epochs[e].train_loss, first.epochs[e].train_loss) << "epoch " << e;
+    EXPECT_EQ(replay.epochs[e].requeued, first.epochs[e].requeued) << "epoch " << e;
+  }
+  EXPECT_EQ(replay.summary.steps, first.summary.steps);
+  EXPECT_TRUE(same_decisions(replay.decisions, first.decisions)) << "a replay records the decisions it followed";
+}
+
 // See Note [Async replay]: a run with a slowed worker, stale contributions
 // merged and others dropped, replayed from its decisions on 2 devices instead of 4,
 // without the slow-down, gives its bytes: the same test loss after every
@@ -444,21 +468,8 @@ TEST(AsyncReplay, AReplayOfTheDecisionsGivesTheRunsBytesOnOtherDevices) {
   EXPECT_FALSE(first.decisions.front().job.empty());
   write_record(dir / "m.jsonl", first.decisions);
 
-  job_config again = async_job(2);
-  again.sync.workers = 4;
-  again.sync.quorum = 1;
-  again.sync.max_staleness = 1;
-  run_options options;
-  options.replay_rounds = (dir / "m.jsonl").string();
-  const async_result replay = train(again, options);
-  ASSERT_EQ(replay.epochs.size(), 3u);
-  for (std::size_t e = 0; e < 3; ++e) {
-    EXPECT_EQ(replay.epochs[e].test_loss, first.epochs[e].test_loss) << "epoch " << e;
-    EXPECT_EQ(replay.epochs[e].train_loss, first.epochs[e].train_loss) << "epoch " << e;
-    EXPECT_EQ(replay.epochs[e].requeued, first.epochs[e].requeued) << "epoch " << e;
-  }
-  EXPECT_EQ(replay.summary.steps, first.summary.steps);
-  EXPECT_TRUE(same_decisions(replay.decisions, first.decisions)) << "a replay records the decisions it followed";
+  const async_result replay = replay_on_two_devices(c, dir / "m.jsonl");
+  expect_the_recorded_runs_bytes(replay, first);
 }
 
 // Acceptance 3 of issue 30: a run with a slowed worker and a failed device
@@ -478,22 +489,8 @@ TEST(AsyncReplay, AReplayOfARunWithAFailureGivesItsBytes) {
   EXPECT_EQ(every_sample_once_by_the_devices(first, 3), "");
   write_record(dir / "m.jsonl", first.decisions);
 
-  job_config again = async_job(2);
-  again.sync.workers = 4;
-  again.sync.quorum = 2;
-  again.sync.max_staleness = 1;
-  again.train.record_trained = true;  // part of the job's identity
-  run_options options;
-  options.replay_rounds = (dir / "m.jsonl").string();
-  const async_result replay = train(again, options);
-  ASSERT_EQ(replay.epochs.size(), 3u);
-  for (std::size_t e = 0; e < 3; ++e) {
-    EXPECT_EQ(replay.epochs[e].test_loss, first.epochs[e].test_loss) << "epoch " << e;
-    EXPECT_EQ(replay.epochs[e].train_loss, first.epochs[e].train_loss) << "epoch " << e;
-    EXPECT_EQ(replay.epochs[e].requeued, first.epochs[e].requeued) << "epoch " << e;
-  }
-  EXPECT_EQ(replay.summary.steps, first.summary.steps);
-  EXPECT_TRUE(same_decisions(replay.decisions, first.decisions)) << "a replay records the decisions it followed";
+  const async_result replay = replay_on_two_devices(c, dir / "m.jsonl");
+  expect_the_recorded_runs_bytes(replay, first);
   EXPECT_EQ(every_sample_once_by_the_devices(replay, 3), "");
 }
 

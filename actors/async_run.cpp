@@ -16,12 +16,14 @@
 #include "actors/actor_interfaces.hpp"
 #include "actors/backend.hpp"
 #include "actors/log.hpp"
+#include "actors/protocol.hpp"
 #include "actors/writer_messages.hpp"
 #include "train/async_claims.hpp"
 #include "train/async_commit.hpp"
 #include "train/async_merge.hpp"
 #include "train/async_replay.hpp"
 #include "train/event_json.hpp"
+#include "train/fault_plan.hpp"
 #include "train/hang_check.hpp"
 
 namespace dpactor {
@@ -75,6 +77,10 @@ struct async_reducer_state {
   // it leaves once its round is in.
   std::vector<std::optional<pending_contribution>> in_flight;
   std::vector<bool> live, leaving;
+  // See Note [Async rounds across processes]: the devices in other
+  // processes, and every device's name.
+  std::vector<bool> remote;
+  std::vector<std::string> names;
   std::vector<std::shared_ptr<async_device_watch>> watches;  // by device: its progress
   std::deque<double> inner_step_s;  // recent rounds' seconds per inner step, for the automatic hang timeout
   std::vector<fault_spec> membership_faults;  // join and leave, not yet applied
@@ -97,7 +103,10 @@ struct async_reducer_state {
   std::map<std::int64_t, std::shared_ptr<const std::vector<float>>> bases;
   double last_lr = 0.0;  // the last round's outer rate
   // Reporting.
-  batch_stats since_event, epoch_train;
+  batch_stats since_event;
+  // Each open epoch's training statistics, by the epoch of the samples (a
+  // round of the next epoch may commit before the last of this one's).
+  std::map<std::int64_t, batch_stats> epoch_train;
   std::int64_t samples = 0, samples_at_event = 0;
   clock_type::time_point event_time, epoch_time, train_start;
   std::int64_t epochs_done = 0, epoch_rounds = 0, requeued = 0, bytes_sent = 0;
@@ -223,15 +232,23 @@ spawned_device spawn_async_device(caf::actor_system& system, const job_config& c
 // A device becomes a member (at the start, or joining): watched, so that its
 // failure is seen, and its progress read, so that its hang is (See Note
 // [Async faults]).
-void add_device(reducer_ptr self, spawned_device device) {
+// A device in another process (See Note [Async rounds across processes])
+// has no watch the reducer can read; it gets its fault specs in a message.
+void add_device(reducer_ptr self, spawned_device device, std::string name, bool remote = false) {
   auto& st = self->state;
   self->monitor(device.actor);
-  st.watches.push_back(std::move(device.watch));
+  if (remote)
+    for (const fault_spec& f : st.plan->faults)
+      if (is_device_fault(f) && static_cast<std::size_t>(f.device) == st.devices.size())
+        self->send(device.actor, inject_msg{f.text});
+  st.watches.push_back(device.watch ? std::move(device.watch) : std::make_shared<async_device_watch>());
   st.devices.push_back(std::move(device.actor));
   st.device_worker.push_back(-1);
   st.in_flight.emplace_back();
   st.live.push_back(true);
   st.leaving.push_back(false);
+  st.remote.push_back(remote);
+  st.names.push_back(std::move(name));
 }
 
 std::size_t live_devices(const async_reducer_state& st) {
@@ -296,6 +313,27 @@ void dispatch(reducer_ptr self, std::size_t d) {
   w.last_device = static_cast<int>(d);
   st.device_worker[d] = static_cast<int>(*pick);
   st.in_flight[d] = pending_contribution{*pick, m.worker_round, m.base_round, m.claim, nullptr, {}};
+  if (st.remote[d]) {  // See Note [Async rounds across processes]
+    // Its progress as its relay reports it, from now: the first round
+    // gets the first-step bound.
+    device_progress& progress = st.watches[d]->progress;
+    if (progress.read().step < 0) progress.begin_warm_up(device_phase::forward, m.worker_round);
+    else progress.mark(device_phase::forward, m.worker_round);
+    async_remote_round_msg r;
+    r.device = d;
+    r.worker = m.worker;
+    r.worker_round = m.worker_round;
+    r.base_round = m.base_round;
+    r.epoch = m.claim.epoch;
+    r.first = m.claim.first;
+    r.rows = std::move(m.claim.rows);
+    r.first_position = m.first_position;
+    r.global = *m.global;
+    r.state = st.plan->rounds->store->read(m.worker, m.worker_round);
+    st.bytes_sent += static_cast<std::int64_t>((r.global.size() + r.state.size()) * sizeof(float));
+    self->send(st.devices[d], std::move(r));
+    return;
+  }
   st.bytes_sent += static_cast<std::int64_t>(parameters(st) * sizeof(float));
   self->send(st.devices[d], std::move(m));
 }
@@ -384,8 +422,10 @@ void close_epochs(async_reducer_state& st, clock_type::time_point now) {
     epoch_event ev;
     ev.epoch = e;
     ev.step = st.round;
-    ev.train_loss = mean_loss(st.epoch_train);
-    ev.train_accuracy = accuracy(st.epoch_train);
+    const batch_stats trained = st.epoch_train[e];
+    st.epoch_train.erase(e);
+    ev.train_loss = mean_loss(trained);
+    ev.train_accuracy = accuracy(trained);
     const std::int64_t every = st.config.train.eval_every;
     if (every > 0 && ((e + 1) % every == 0 || e + 1 == st.claims->epochs())) {
       evaluate(st);
@@ -400,7 +440,6 @@ void close_epochs(async_reducer_state& st, clock_type::time_point now) {
     ev.samples_per_s = ev.seconds > 0.0 ? static_cast<double>(ev.samples) / ev.seconds : 0.0;
     if (st.since_event.samples > 0) emit_step(st, now);  // the epoch's last round, before its epoch
     st.control->emit(ev);
-    st.epoch_train = {};
     st.epoch_time = clock_type::now();  // the evaluation is not the next epoch's
     st.epoch_rounds = 0;
     ++st.epochs_done;
@@ -494,7 +533,7 @@ void apply(reducer_ptr self, const async_decision& d) {
     st.claims->commit(p.claim);
     st.samples += static_cast<std::int64_t>(p.claim.rows.size());
     st.since_event += p.stats;
-    st.epoch_train += p.stats;
+    st.epoch_train[p.claim.epoch] += p.stats;
   }
   ++st.round;
   ++st.epoch_rounds;
@@ -527,7 +566,7 @@ void emit_membership(async_reducer_state& st, const std::string& reason) {
   m.reason = reason;
   for (std::size_t d = 0; d < st.devices.size(); ++d)
     if (st.live[d]) {
-      m.members.push_back(device_name(st.config, static_cast<int>(d)));
+      m.members.push_back(st.names[d]);
       m.actor_ids.push_back(st.devices[d].id());
     }
   st.control->emit(m);
@@ -576,10 +615,9 @@ void remove_device(reducer_ptr self, std::size_t d, const std::string& reason) {
 // leave:R@S: device d has no round in flight and leaves.
 void leave(reducer_ptr self, std::size_t d) {
   auto& st = self->state;
-  const std::string name = device_name(st.config, static_cast<int>(d));
   self->demonitor(st.devices[d]);
   self->send_exit(st.devices[d], caf::exit_reason::user_shutdown);
-  remove_device(self, d, name + " left");
+  remove_device(self, d, st.names[d] + " left");
 }
 
 void try_commit(reducer_ptr self);
@@ -600,7 +638,7 @@ void check_hangs(reducer_ptr self) {
     const device_progress::snapshot p = st.watches[d]->progress.read();
     const double stalled = stalled_alone_s(p, now, limits);
     if (stalled <= 0.0) continue;
-    const std::string name = device_name(st.config, static_cast<int>(d));
+    const std::string name = st.names[d];
     char what[160];
     std::snprintf(what, sizeof what, " hung: in %s of worker %zu's round %lld for %.1f s (hang timeout %.1f s)",
                   std::string(phase_name(p.phase)).c_str(), st.in_flight[d]->worker,
@@ -631,8 +669,9 @@ void apply_membership_faults(reducer_ptr self) {
     if (f.kind == fault_kind::join) {
       const int id = static_cast<int>(st.devices.size());
       add_device(self,
-                 spawn_async_device(self->system(), st.config, *st.plan, st.control, id, caf::actor_cast<caf::actor>(self)));
-      emit_membership(st, device_name(st.config, id) + " joined");
+                 spawn_async_device(self->system(), st.config, *st.plan, st.control, id, caf::actor_cast<caf::actor>(self)),
+                 device_name(st.config, id));
+      emit_membership(st, st.names.back() + " joined");
     } else if (f.kind == fault_kind::leave && static_cast<std::size_t>(f.device) < st.devices.size() &&
                st.live[static_cast<std::size_t>(f.device)]) {
       const auto d = static_cast<std::size_t>(f.device);
@@ -708,6 +747,36 @@ void try_commit(reducer_ptr self) {
   dispatch_all(self);
 }
 
+// A device's contribution is in (See Note [Async rounds]).
+void contribution_arrived(reducer_ptr self, async_contribution_msg& m) {
+  auto& st = self->state;
+  if (!st.running || st.ending) return;  // ending: the checkpoint gave its round back
+  if (!m.error.empty()) {
+    fail(self, "async: " + m.error);
+    return;
+  }
+  if (!st.live[m.device]) return;  // lost meanwhile: its round went back already
+  st.device_worker[m.device] = -1;
+  st.in_flight[m.device].reset();
+  async_worker& w = st.workers[m.worker];
+  w.device = -1;
+  w.waiting = true;
+  const double rate = m.seconds > 0.0 ? static_cast<double>(m.claim.rows.size()) / m.seconds : 0.0;
+  const auto inner = static_cast<double>((m.claim.rows.size() + st.plan->shape.worker_batch() - 1) /
+                                         st.plan->shape.worker_batch());
+  st.inner_step_s.push_back(m.seconds / std::max(1.0, inner));
+  if (st.inner_step_s.size() > 64) st.inner_step_s.pop_front();
+  const double a = st.config.straggler.smoothing;
+  w.throughput = w.throughput > 0.0 ? a * rate + (1.0 - a) * w.throughput : rate;
+  st.bytes_sent += static_cast<std::int64_t>(parameters(st) * sizeof(float));
+  // The deadline learns from fresh arrivals: seconds from their round's opening.
+  if (m.base_round == st.round) st.rule->record_arrival(seconds_between(st.opened, clock_type::now()));
+  st.arrived.push_back({m.worker, m.worker_round, m.base_round, std::move(m.claim), std::move(m.values), m.stats});
+  if (st.leaving[m.device]) leave(self, m.device);
+  try_commit(self);
+  dispatch_all(self);
+}
+
 caf::behavior async_reducer(reducer_ptr self, job_config config, std::shared_ptr<const launch_plan> plan,
                             std::shared_ptr<run_control> control, clock_type::time_point started,
                             std::shared_ptr<async_record> record, checkpoint_writer_actor writer) {
@@ -780,7 +849,7 @@ caf::behavior async_reducer(reducer_ptr self, job_config config, std::shared_ptr
         // An injected failure's reason is a runtime_error with its text.
         std::string why = self->system().render(m.reason);
         if (m.reason.context().match_elements<std::string>()) why = m.reason.context().get_as<std::string>(0);
-        remove_device(self, d, device_name(st.config, static_cast<int>(d)) + " failed: " + why);
+        remove_device(self, d, st.names[d] + " failed: " + why);
         try_commit(self);  // the quorum of the workers still alive may be there now
         return;
       }
@@ -792,6 +861,12 @@ caf::behavior async_reducer(reducer_ptr self, job_config config, std::shared_ptr
         st.running = true;
         st.train_start = st.event_time = st.epoch_time = clock_type::now();
         emit_membership(st, "start");
+        // A resumed run that had ended: nothing left to train.
+        if (st.claims->all_done() || (st.config.train.max_steps > 0 && st.round >= st.config.train.max_steps)) {
+          engine_log()->info("async: every round of the run is committed already (round {}): nothing to train", st.round);
+          finish(self, false);
+          return;
+        }
         engine_log()->info("async: {} logical workers on {} devices, a round commits with {} of them or at its "
                            "deadline (at least {} ms), contributions at most {} rounds old",
                            st.workers.size(), st.devices.size(), st.rule->rule().quorum, st.config.sync.grace_ms,
@@ -806,40 +881,75 @@ caf::behavior async_reducer(reducer_ptr self, job_config config, std::shared_ptr
         else finish(self, true);
       },
       [self](async_devices_msg& m) {
-        for (spawned_device& d : *m.devices) add_device(self, std::move(d));
+        for (spawned_device& d : *m.devices) {
+          const int id = static_cast<int>(self->state.devices.size());
+          add_device(self, std::move(d), device_name(self->state.config, id));
+        }
+      },
+      // See Note [Async rounds across processes]: a worker process's
+      // devices, before the start or joining during training.
+      [self](node_joined_msg& m) {
+        auto& st = self->state;
+        if (st.ending) return;
+        for (std::size_t i = 0; i < m.devices.size(); ++i) {
+          add_device(self, {caf::actor_cast<caf::actor>(m.devices[i]), nullptr}, m.names[i], true);
+          if (st.running) emit_membership(st, m.names[i] + " joined");
+        }
+        if (st.running) dispatch_all(self);
+      },
+      // A device in another process's progress, by its relay: what the
+      // reducer's watch of it says from now (a report of an earlier round,
+      // overtaken by this one's start, is not).
+      [self](const async_progress_msg& m) {
+        auto& st = self->state;
+        const auto d = static_cast<std::size_t>(m.device);
+        if (d >= st.devices.size() || !st.remote[d] || !st.live[d]) return;
+        if (st.in_flight[d] && st.in_flight[d]->worker_round != m.step) return;
+        device_progress& progress = st.watches[d]->progress;
+        if (m.warming) {
+          progress.begin_warm_up(static_cast<device_phase>(m.phase), m.step);
+        } else {
+          progress.end_warm_up();
+          progress.mark(static_cast<device_phase>(m.phase), m.step);
+        }
+      },
+      [self](trained_event& e) {  // a device in another process's own record
+        if (self->state.running) self->state.control->emit(std::move(e));
+      },
+      [self](async_remote_contribution_msg& m) {
+        auto& st = self->state;
+        const auto d = static_cast<std::size_t>(m.device);
+        if (!st.running || st.ending || d >= st.devices.size() || !st.live[d] || !st.in_flight[d]) return;
+        const pending_contribution& p = *st.in_flight[d];
+        if (p.worker != m.worker || p.worker_round != m.worker_round)
+          throw std::logic_error("async: " + st.names[d] + " sent worker " + std::to_string(m.worker) + "'s round " +
+                                 std::to_string(m.worker_round) + " while it ran worker " + std::to_string(p.worker) +
+                                 "'s round " + std::to_string(p.worker_round));
+        async_contribution_msg c;
+        c.device = d;
+        c.worker = p.worker;
+        c.worker_round = p.worker_round;
+        c.base_round = p.base_round;
+        c.claim = p.claim;
+        c.stats = batch_stats{m.loss_sum, m.correct, m.samples};
+        c.seconds = m.seconds;
+        c.error = std::move(m.error);
+        if (c.error.empty()) {
+          if (m.values.size() != parameters(st) || m.state.empty())
+            throw std::logic_error("async: " + st.names[d] + " sent a contribution of " + std::to_string(m.values.size()) +
+                                   " floats for " + std::to_string(parameters(st)) + " parameters");
+          // Its state after the round, kept where every worker's is.
+          st.bytes_sent += static_cast<std::int64_t>(m.state.size() * sizeof(float));
+          st.plan->rounds->store->write(p.worker, p.worker_round, std::move(m.state));
+          c.values = std::make_shared<const std::vector<float>>(std::move(m.values));
+        }
+        contribution_arrived(self, c);
       },
       [self](async_hang_tick_msg) { check_hangs(self); },
       [self](async_deadline_msg m) {
         if (m.round == self->state.round) try_commit(self);
       },
-      [self](async_contribution_msg& m) {
-        auto& st = self->state;
-        if (!st.running || st.ending) return;  // ending: the checkpoint gave its round back
-        if (!m.error.empty()) {
-          fail(self, "async: " + m.error);
-          return;
-        }
-        if (!st.live[m.device]) return;  // lost meanwhile: its round went back already
-        st.device_worker[m.device] = -1;
-        st.in_flight[m.device].reset();
-        async_worker& w = st.workers[m.worker];
-        w.device = -1;
-        w.waiting = true;
-        const double rate = m.seconds > 0.0 ? static_cast<double>(m.claim.rows.size()) / m.seconds : 0.0;
-        const auto inner = static_cast<double>((m.claim.rows.size() + st.plan->shape.worker_batch() - 1) /
-                                               st.plan->shape.worker_batch());
-        st.inner_step_s.push_back(m.seconds / std::max(1.0, inner));
-        if (st.inner_step_s.size() > 64) st.inner_step_s.pop_front();
-        const double a = st.config.straggler.smoothing;
-        w.throughput = w.throughput > 0.0 ? a * rate + (1.0 - a) * w.throughput : rate;
-        st.bytes_sent += static_cast<std::int64_t>(parameters(st) * sizeof(float));
-        // The deadline learns from fresh arrivals: seconds from their round's opening.
-        if (m.base_round == st.round) st.rule->record_arrival(seconds_between(st.opened, clock_type::now()));
-        st.arrived.push_back({m.worker, m.worker_round, m.base_round, std::move(m.claim), std::move(m.values), m.stats});
-        if (st.leaving[m.device]) leave(self, m.device);
-        try_commit(self);
-        dispatch_all(self);
-      },
+      [self](async_contribution_msg& m) { contribution_arrived(self, m); },
   };
 }
 

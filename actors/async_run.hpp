@@ -37,8 +37,38 @@
 // What travels is counted as in the other modes' bytes_sent: a round's
 // parameters to the device and its contribution back, 4 bytes a float each.
 // Each decision is recorded, and a run can follow a record instead of the
-// clock (See Note [Async replay], train/async_replay.hpp). Not built yet
-// (docs/plans/async-rounds.md): several processes.
+// clock (See Note [Async replay], train/async_replay.hpp).
+//
+// Note [Async rounds across processes]
+// With a coordinator (dpactor --coordinator), the reducer runs in its
+// process, and a worker process (dpactor --join) offers async devices
+// (actors/async_device.cpp, answering whoever sends a round) instead of
+// step devices; they join before the start or at any time during training
+// (node_joined_msg, through coordinator_role::attach_async) and take free
+// workers as a local device does. A worker process holds no logical
+// worker: a round for a device there carries the round's global parameters
+// and the worker's state at its start (async_remote_round_msg), and the
+// contribution comes back with the worker's state after the round
+// (async_remote_contribution_msg), which the reducer writes to its store.
+// So every worker's state is in the coordinator's store, as in one
+// process: a worker process killed with -9 loses only its rounds in flight
+// (the reducer monitors its devices; CAF's connection reports them down),
+// which Note [Async faults] gives back as any lost round; checkpoints,
+// resume (on any mix of processes) and replay are the one-process ones,
+// with the same bytes. The price is a worker's state (the inner
+// optimizer's slots, p floats for SGD with momentum) each way, beside the
+// parameters and the contribution, all counted in bytes_sent. The floats
+// travel as their bytes (Note [Floats cross the network as their bytes]).
+// A process's loss is seen by the connection's heartbeats
+// (cluster.heartbeat_ms, cluster.connection_timeout_ms); a device hung in a
+// process that still answers, by its progress: a relay in its process
+// (async_progress_relay) sends it whenever it changed (async_progress_msg,
+// every 100 ms at most), and the reducer's watch of the device follows it,
+// so Note [Async faults]'s hang check sees a remote device as a local one
+// (its process silent altogether: no report after its round was handed
+// out). Its faults (fail, hang, slow, kill) come as inject_msg; kill:R@S
+// kills its process (SIGKILL) at its first round from S - 1 committed
+// rounds. Its own record (train.record_trained) travels as trained_event.
 //
 // Note [Async checkpoints]
 // A checkpoint is taken between two messages of the reducer, right after a

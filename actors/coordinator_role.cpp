@@ -62,6 +62,7 @@ struct join_book {
   int devices = 0;
   bool started = false;
   reducer_actor reducer;               // once attached
+  caf::actor async_reducer;            // sync.mode = "async", once attached
   std::vector<node_joined_msg> early;  // after the start, before the reducer was attached
 };
 
@@ -119,7 +120,10 @@ coordinator_role::coordinator_role(caf::actor_system& system, const coordinator_
   setup.config_text = dump_job_config(resolved);
   setup.store = st.store;
   setup.on_join = [book, nodes = st.nodes, identity = job_identity(resolved),
-                   rounds = plan.rounds ? sync_mode_name(config.sync.mode) : std::string(),
+                   // Async rounds take joins: a worker's state travels with its
+                   // rounds (See Note [Async rounds across processes]).
+                   rounds = plan.rounds && config.sync.mode != sync_mode::async ? sync_mode_name(config.sync.mode)
+                                                                                 : std::string(),
                    fingerprint = data_fingerprint(*plan.data.train, *plan.data.test),
                    gpu_job = !config.cluster.gpus.empty()](const join_msg& msg) -> std::string {
     if (const std::string d = first_difference(identity, msg.job_identity, "coordinator", "worker"); !d.empty())
@@ -141,7 +145,8 @@ coordinator_role::coordinator_role(caf::actor_system& system, const coordinator_
              "\"), whose logical workers cannot move between processes in this version: a worker process joins "
              "before training starts (--wait-devices, --wait-workers)";
     if (!nodes->add(msg.node_actor)) return "the run is over";
-    if (book->reducer) caf::anon_send(book->reducer, joined_devices(msg));
+    if (book->async_reducer) caf::anon_send(book->async_reducer, joined_devices(msg));
+    else if (book->reducer) caf::anon_send(book->reducer, joined_devices(msg));
     else book->early.push_back(joined_devices(msg));
     return "";
   };
@@ -211,6 +216,20 @@ void coordinator_role::attach(const reducer_actor& reducer, const launch_plan& p
       if (is_device_fault(f) && f.device == h.id) caf::anon_send(h.actor, inject_msg{f.text});
   std::lock_guard lock(st.book->mutex);
   st.book->reducer = reducer;
+  for (auto& j : st.book->early) caf::anon_send(reducer, std::move(j));
+  st.book->early.clear();
+}
+
+void coordinator_role::attach_async(const caf::actor& reducer) {
+  auto& st = *state_;
+  node_joined_msg before;
+  for (const member_handle& h : st.members) {
+    before.devices.push_back(h.actor);
+    before.names.push_back(h.name);
+  }
+  std::lock_guard lock(st.book->mutex);
+  st.book->async_reducer = reducer;
+  if (!before.devices.empty()) caf::anon_send(reducer, std::move(before));
   for (auto& j : st.book->early) caf::anon_send(reducer, std::move(j));
   st.book->early.clear();
 }

@@ -60,6 +60,10 @@ class coordinator_role {
   // Once the reducer runs: the workers' devices get their fault specs, and
   // joins during training go to the reducer.
   void attach(const reducer_actor& reducer, const launch_plan& plan);
+  // sync.mode = "async" (See Note [Async rounds across processes]): the
+  // workers' devices joined before the start go to the async reducer now
+  // (node_joined_msg), and so do joins during training.
+  void attach_async(const caf::actor& reducer);
   // The run is over: no worker joins any more, and each ends its devices and
   // exits (`error` empty: the run finished; else why it failed).
   void end_run(const std::string& error);

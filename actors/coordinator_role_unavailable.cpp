@@ -41,6 +41,8 @@ void coordinator_role::steer(loader_setup&, reducer_setup&, const launch_plan&) 
 
 void coordinator_role::attach(const reducer_actor&, const launch_plan&) {}
 
+void coordinator_role::attach_async(const caf::actor&) {}
+
 void coordinator_role::end_run(const std::string&) {}
 
 }  // namespace dpactor

@@ -200,11 +200,26 @@ struct Engine::impl {
   std::atomic<bool> left_behind{false};
 
   // sync.mode = "async": its own reducer and devices (See Note [Async rounds]).
+  // With options.coordinator, the workers' devices join it (See Note
+  // [Async rounds across processes]).
   void start_async(std::shared_ptr<const launch_plan> plan, async_record record,
                    std::shared_ptr<const checkpoint_writer_setup> writer_setup) {
-    auto cfg = make_system_config();
+    auto cfg = options.coordinator ? coordinator_role::system_config(config, *options.coordinator) : make_system_config();
     auto sys = std::make_unique<caf::actor_system>(*cfg);
     const async_run run = spawn_async_run(*sys, config, plan, control, started, std::move(record), std::move(writer_setup));
+    std::unique_ptr<coordinator_role> coordinating;
+    if (options.coordinator) {
+      try {
+        coordinating = std::make_unique<coordinator_role>(*sys, *options.coordinator, config, *plan, stop_requested);
+      } catch (...) {
+        for (const auto& d : run.devices) caf::anon_send_exit(d, caf::exit_reason::user_shutdown);
+        caf::anon_send_exit(run.reducer, caf::exit_reason::user_shutdown);
+        if (run.writer) caf::anon_send_exit(run.writer, caf::exit_reason::user_shutdown);
+        caf::logger::set_current_actor_system(nullptr);
+        throw;
+      }
+      coordinating->attach_async(run.reducer);
+    }
     caf::logger::set_current_actor_system(nullptr);  // as start() does: see there
     std::unique_lock lock(system_mutex);
     system_config = std::move(cfg);
@@ -213,6 +228,8 @@ struct Engine::impl {
     for (const auto& d : run.devices) actors.push_back(d.address());
     actors.push_back(run.reducer.address());
     if (run.writer) actors.push_back(run.writer.address());
+    if (coordinating) actors.push_back(coordinating->actor().address());
+    role = std::move(coordinating);
     async_reducer = run.reducer;
     running = true;
     if (stop_requested) caf::anon_send(run.reducer, stop_atom::value);
@@ -329,9 +346,6 @@ void Engine::start() {
   if (config.train.mode == train_mode::stream && m.options.coordinator)
     throw config_error(config.source + ": train.mode = \"stream\" trains in one process in this version: records are "
                        "fed to its engine, and a coordinator's workers read their data from files");
-  if (config.sync.mode == sync_mode::async && m.options.coordinator)
-    throw config_error(config.source + ": sync.mode = \"async\" trains in one process in this version (its rounds "
-                       "across processes are not built yet; docs/async.md)");
   if (config.sync.mode == sync_mode::async && !m.options.resume_from.empty() && !m.options.replay_rounds.empty())
     throw config_error("--replay-rounds " + m.options.replay_rounds + " with --resume " + m.options.resume_from +
                        ": a replay follows a run's decisions from its start, and a resumed run's rounds start from "
@@ -343,12 +357,13 @@ void Engine::start() {
   async_record record;
   if (config.sync.mode == sync_mode::async) record = async_record_of(config, m.options, *plan);
   if (config.sync.mode == sync_mode::async)
-    for (const fault_spec& f : plan->faults)
+    for (const fault_spec& f : plan->faults) {
       if (f.kind != fault_kind::slow && f.kind != fault_kind::fail && f.kind != fault_kind::hang &&
-          f.kind != fault_kind::join && f.kind != fault_kind::leave)
+          f.kind != fault_kind::join && f.kind != fault_kind::leave && f.kind != fault_kind::kill)
         throw config_error(config.source + ": faults.inject = \"" + f.text + "\": sync.mode = \"async\" takes "
-                           "slow, fail, hang, join and leave faults in this version (docs/async.md, \"Asynchronous "
-                           "rounds\")");
+                           "slow, fail, hang, join, leave and kill faults in this version (docs/async.md, "
+                           "\"Asynchronous rounds\")");
+    }
   const auto latest = published_parameters(config, plan->layout);
   {
     std::lock_guard lock(m.stream_mutex);

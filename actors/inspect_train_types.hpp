@@ -47,7 +47,7 @@ typename Inspector::result_type inspect(Inspector& f, ledger_position& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, trained_event& x) {
   return f(caf::meta::type_name("trained_event"), x.device, x.step, x.epoch, x.samples, x.digest, x.carried,
-           x.generation);
+           x.generation, x.worker, x.worker_round);
 }
 
 }  // namespace dpactor

@@ -232,7 +232,9 @@ void plan_rounds(const job_config& config, const run_options& options, int devic
   const std::string mode = sync_mode_name(s.mode);
   // See Note [Worker placement]: each process holds its own workers' states,
   // which a resume would have to send to the workers (not built yet).
-  if (options.coordinator && !options.resume_from.empty())
+  // sync.mode = "async" hands each worker's state over with its rounds
+  // (See Note [Async rounds across processes]): it resumes across processes.
+  if (options.coordinator && !options.resume_from.empty() && s.mode != sync_mode::async)
     throw config_error(config.source + ": sync.mode = \"" + mode + "\" across processes resumes only in one process "
                        "in this version (each worker process would start its logical workers from the first round's "
                        "state): resume without --coordinator, on as many devices as you like");

@@ -24,6 +24,10 @@
 //   stream queue -> loader  records_atom
 //   reducer -> writer   write_checkpoint_msg (request, answered with checkpoint_written_msg)
 //                                                            actors/writer_messages.hpp
+//   async reducer <-> a device in another process  async_remote_round_msg,
+//                       async_remote_contribution_msg, trained_event, inject_msg;
+//                       its process's relay -> reducer: async_progress_msg
+//                                                            actors/async_messages.hpp
 //   worker <-> coordinator  hello_msg, join_msg, store_*_msg; abort_msg, run_over_msg
 //                                                            actors/node_messages.hpp
 
@@ -32,6 +36,7 @@
 #include <caf/all.hpp>
 
 #include "actors/actor_interfaces.hpp"
+#include "actors/async_messages.hpp"
 #include "actors/device_messages.hpp"
 #include "actors/loader_messages.hpp"
 #include "actors/node_messages.hpp"
@@ -105,4 +110,7 @@ CAF_BEGIN_TYPE_ID_BLOCK(dpactor, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(dpactor, (dpactor::lr_msg))
   CAF_ADD_TYPE_ID(dpactor, (dpactor::worker_states_msg))
   CAF_ADD_TYPE_ID(dpactor, (dpactor::bytes_msg))
+  CAF_ADD_TYPE_ID(dpactor, (dpactor::async_remote_round_msg))
+  CAF_ADD_TYPE_ID(dpactor, (dpactor::async_remote_contribution_msg))
+  CAF_ADD_TYPE_ID(dpactor, (dpactor::async_progress_msg))
 CAF_END_TYPE_ID_BLOCK(dpactor)

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "actors/actor_interfaces.hpp"
+#include "actors/float_wire.hpp"
 #include "actors/inspect_train_types.hpp"
 
 namespace dpactor {
@@ -109,7 +110,8 @@ struct state_msg {
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, state_msg& x) {
-  return f(caf::meta::type_name("state_msg"), x.step, x.state);
+  std::vector<char> state;  // See Note [Floats cross the network as their bytes]
+  return f(caf::meta::type_name("state_msg"), x.step, wire_out(state, x.state), state, wire_in(state, x.state));
 }
 
 // Round modes: logical workers' states at the start of the round after
@@ -123,7 +125,9 @@ struct worker_states_msg {
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, worker_states_msg& x) {
-  return f(caf::meta::type_name("worker_states_msg"), x.step, x.workers, x.states, x.error);
+  std::vector<char> states;  // See Note [Floats cross the network as their bytes]
+  return f(caf::meta::type_name("worker_states_msg"), x.step, x.workers, wire_out(states, x.states), states,
+           wire_in(states, x.states), x.error);
 }
 
 struct device_failed_msg {
@@ -136,7 +140,9 @@ struct device_failed_msg {
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, device_failed_msg& x) {
-  return f(caf::meta::type_name("device_failed_msg"), x.generation, x.step, x.rank, x.what, x.last_step, x.state);
+  std::vector<char> state;  // See Note [Floats cross the network as their bytes]
+  return f(caf::meta::type_name("device_failed_msg"), x.generation, x.step, x.rank, x.what, x.last_step,
+           wire_out(state, x.state), state, wire_in(state, x.state));
 }
 
 // A member's collective call failed (aborted or timed out) in this step.

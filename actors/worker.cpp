@@ -14,6 +14,8 @@
 #include <caf/io/all.hpp>
 #include <caf/openssl/all.hpp>
 
+#include "actors/async_device.hpp"
+#include "actors/async_messages.hpp"
 #include "actors/backend.hpp"
 #include "actors/coordinator_store.hpp"
 #include "actors/device.hpp"
@@ -190,6 +192,20 @@ worker_result serve(caf::actor_system& system, const worker_options& options, bo
     auto setup = make_device_setup(config, plan, id);
     setup->name = node + "/" + setup->name;
     setup->trained_to_reducer = config.train.record_trained;
+    // sync.mode = "async": a device that runs the rounds the reducer hands
+    // it, each with its worker's state (See Note [Async rounds across
+    // processes]); it joins as a device handle, whose interface it does not
+    // have: the coordinator hands it to the async reducer untyped.
+    if (config.sync.mode == sync_mode::async) {
+      join.names.push_back(setup->name);
+      join.gpus.push_back(-1);
+      auto watch = std::make_shared<async_device_watch>();
+      const caf::actor device = system.spawn<caf::detached>(async_device, std::move(setup), caf::actor{}, watch);
+      join.devices.push_back(caf::actor_cast<device_actor>(device));
+      devices.push_back(device.address());
+      devices.push_back(system.spawn(async_progress_relay, device, std::move(watch)).address());
+      continue;
+    }
     const int gpu = gpu_job ? config.cluster.gpus.at(static_cast<std::size_t>(id)) : -1;
     setup->remote_group = [link, groups, gpu](const group_ticket& ticket, int size) {
       auto group = group_from_ticket(ticket, link, size, [gpu](int) { return gpu; });

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "actors/actor_interfaces.hpp"
+#include "actors/float_wire.hpp"
 #include "actors/inspect_train_types.hpp"
 
 namespace dpactor {
@@ -21,7 +22,9 @@ struct write_checkpoint_msg {
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, write_checkpoint_msg& x) {
-  return f(caf::meta::type_name("write_checkpoint_msg"), x.step, x.epoch, x.final, x.state, x.position, x.decisions);
+  std::vector<char> state;  // See Note [Floats cross the network as their bytes]
+  return f(caf::meta::type_name("write_checkpoint_msg"), x.step, x.epoch, x.final, wire_out(state, x.state), state,
+           wire_in(state, x.state), x.position, x.decisions);
 }
 
 struct checkpoint_written_msg {

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <utility>
 
 #include <caf/all.hpp>
@@ -48,6 +49,53 @@ TEST(Protocol, EveryTypeOfTheBlockIsRegisteredByName) {
   expect_block_registered(sys, registered,
                           std::make_integer_sequence<caf::type_id_t, caf::id_block::dpactor::end - caf::id_block::dpactor::begin>{});
   EXPECT_GE(registered, 30);
+}
+
+// See Note [Floats cross the network as their bytes]: a state's step
+// counter (an int64's bits: denormals), a NaN with a payload and a
+// negative zero cross a serializer bit for bit, in every message that
+// carries floats to another process.
+TEST(Protocol, FloatsCrossASerializerBitForBit) {
+  caf::actor_system_config cfg;
+  register_message_types(cfg);
+  caf::actor_system sys{cfg};
+  std::vector<float> odd(4);
+  const std::int64_t counter = 235;
+  std::memcpy(odd.data(), &counter, sizeof counter);
+  const std::uint32_t nan_bits = 0x7fc00001u, negative_zero = 0x80000000u;
+  std::memcpy(&odd[2], &nan_bits, sizeof nan_bits);
+  std::memcpy(&odd[3], &negative_zero, sizeof negative_zero);
+  const auto same = [&](const std::vector<float>& back, const char* what) {
+    ASSERT_EQ(back.size(), odd.size()) << what;
+    EXPECT_EQ(std::memcmp(back.data(), odd.data(), odd.size() * sizeof(float)), 0) << what;
+  };
+  state_msg s;
+  s.step = 3;
+  s.state = odd;
+  same(round_trip(sys, s).state, "state_msg");
+  worker_states_msg w;
+  w.workers = {1};
+  w.states = odd;
+  same(round_trip(sys, w).states, "worker_states_msg");
+  device_failed_msg d;
+  d.state = odd;
+  same(round_trip(sys, d).state, "device_failed_msg");
+  async_remote_round_msg r;
+  r.rows = {5, 7};
+  r.global = odd;
+  r.state = odd;
+  const async_remote_round_msg r2 = round_trip(sys, r);
+  same(r2.global, "async_remote_round_msg.global");
+  same(r2.state, "async_remote_round_msg.state");
+  EXPECT_EQ(r2.rows, r.rows);
+  async_remote_contribution_msg c;
+  c.values = odd;
+  c.state = odd;
+  c.samples = 9;
+  const async_remote_contribution_msg c2 = round_trip(sys, c);
+  same(c2.values, "async_remote_contribution_msg.values");
+  same(c2.state, "async_remote_contribution_msg.state");
+  EXPECT_EQ(c2.samples, 9);
 }
 
 TEST(Protocol, InProcessRequestsAreNotRegistered) {

@@ -85,6 +85,16 @@ void logical_worker_store::write(std::size_t k, std::int64_t round, std::vector<
   }
 }
 
+void logical_worker_store::reset(std::size_t k, std::int64_t round, std::vector<float> state) {
+  const std::lock_guard lock(mutex_);
+  written_.notify_all();
+  auto& w = states_.at(k);
+  w.rounds.clear();
+  w.rounds.emplace(round - 1, std::move(state));
+  w.pruned = true;  // nothing before it
+  w.held = true;
+}
+
 logical_worker_runner::logical_worker_runner(std::unique_ptr<replica> inner, std::shared_ptr<const round_setup> setup)
     : inner_(std::move(inner)), setup_(std::move(setup)) {}
 

@@ -126,6 +126,11 @@ class logical_worker_store {
   // writes it writes the same bytes, and a device of an ended generation
   // that finishes an old round late must not erase newer ones.
   void write(std::size_t k, std::int64_t round, std::vector<float> state);
+  // Worker k's state at the start of round `round` is `state`, and no
+  // other of its states is kept: a process that is handed the state with
+  // each round (See Note [Async rounds across processes]), which may be an
+  // older round than one it ran before (the newer one was lost).
+  void reset(std::size_t k, std::int64_t round, std::vector<float> state);
 
  private:
   // Rounds whose states are kept behind the newest written.

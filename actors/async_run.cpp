@@ -938,6 +938,7 @@ caf::behavior async_reducer(reducer_ptr self, job_config config, std::shared_ptr
           if (m.values.size() != parameters(st) || m.state.empty())
             throw std::logic_error("async: " + st.names[d] + " sent a contribution of " + std::to_string(m.values.size()) +
                                    " floats for " + std::to_string(parameters(st)) + " parameters");
+          st.watches[d]->progress.end_warm_up();  // its first round is done, if it was that
           // Its state after the round, kept where every worker's is.
           st.bytes_sent += static_cast<std::int64_t>(m.state.size() * sizeof(float));
           st.plan->rounds->store->write(p.worker, p.worker_round, std::move(m.state));

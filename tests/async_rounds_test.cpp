@@ -303,6 +303,14 @@ TEST(AsyncCheckpoints, WithEveryWorkerInEveryRoundAResumedRunEndsWithTheBytesOfT
   EXPECT_EQ(resumed.epochs[1].train_loss, whole.epochs[2].train_loss);
   EXPECT_EQ(resumed.summary.test_loss, whole.summary.test_loss);
   EXPECT_EQ(resumed.summary.steps, whole.summary.steps);
+  // The ended run's checkpoint resumed: nothing is left to train, and the
+  // run ends at once with its model.
+  options.resume_from = whole.summary.checkpoint;
+  c.train.checkpoint_dir = (dir / "again").string();
+  const async_result again = train(c, options);
+  EXPECT_EQ(again.summary.steps, whole.summary.steps);
+  EXPECT_EQ(again.summary.samples, 0);
+  EXPECT_EQ(again.summary.test_loss, whole.summary.test_loss);
 }
 
 // See Note [Async checkpoints]: a run with a failed device, stopped in the

@@ -13,8 +13,13 @@
 #include <numeric>
 #include <set>
 
+#include <caf/all.hpp>
+
 #include <dpactor/engine.hpp>
 #include <dpactor/error.hpp>
+#include "actors/async_device.hpp"
+#include "actors/async_messages.hpp"
+#include "actors/protocol.hpp"
 #include "config/config_file.hpp"
 #include "tests/test_support.hpp"
 #include "train/checkpoint.hpp"
@@ -613,6 +618,48 @@ TEST(AsyncRounds, WhatThisVersionDoesNotTakeIsRefusedNamingIt) {
   c.faults.inject = {"kill:1@3"};
   const std::string kill = testing::error_of<config_error>([&] { Engine(c).start(); });
   EXPECT_NE(kill.find("names a device of a worker process"), std::string::npos) << kill;
+}
+
+// See Note [Async rounds across processes]: a device's progress relay tells
+// the reducer (here a test's actor) each change of the device's progress,
+// with the device's number there, once the device has been handed a round
+// (before, it knows no reducer and says nothing).
+TEST(AsyncRelay, ReportsEachChangeOfADevicesProgressToItsReducer) {
+  caf::actor_system_config cfg;
+  register_message_types(cfg);
+  caf::actor_system sys{cfg};
+  auto watch = std::make_shared<async_device_watch>();
+  const caf::actor device = sys.spawn([](caf::event_based_actor*) -> caf::behavior { return {[](int) {}}; });
+  caf::scoped_actor reducer{sys};
+  const caf::actor relay = sys.spawn(async_progress_relay, device, watch);
+  {
+    const std::lock_guard lock(watch->mutex);
+    watch->reducer = caf::actor_cast<caf::actor>(reducer);
+    watch->number = 3;
+  }
+  const auto next = [&] {
+    async_progress_msg got;
+    got.step = -2;
+    reducer->receive([&](const async_progress_msg& m) { got = m; },
+                     caf::after(std::chrono::seconds(30)) >> [] {});
+    return got;
+  };
+  watch->progress.begin_warm_up(device_phase::forward, 7);
+  async_progress_msg m = next();
+  while (m.step == -1) m = next();  // its state before the round, if the relay looked first
+  EXPECT_EQ(m.device, 3u);
+  EXPECT_EQ(m.step, 7);
+  EXPECT_EQ(static_cast<device_phase>(m.phase), device_phase::forward);
+  EXPECT_TRUE(m.warming);
+  watch->progress.end_warm_up();
+  watch->progress.mark(device_phase::optimizer, 8);
+  m = next();
+  while (m.step == 7) m = next();  // the end of its warm-up, if the relay looked in between
+  EXPECT_EQ(m.step, 8);
+  EXPECT_EQ(static_cast<device_phase>(m.phase), device_phase::optimizer);
+  EXPECT_FALSE(m.warming);
+  caf::anon_send_exit(device, caf::exit_reason::user_shutdown);  // the relay ends with it
+  reducer->wait_for(relay);
 }
 
 }  // namespace

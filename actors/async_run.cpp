@@ -109,6 +109,10 @@ struct async_reducer_state {
   std::map<std::int64_t, batch_stats> epoch_train;
   std::int64_t samples = 0, samples_at_event = 0;
   clock_type::time_point event_time, epoch_time, train_start;
+  // When each open epoch's first claim was handed out: its seconds run from
+  // there to its last commit (the next epoch's claims start before this
+  // one's last commit, and may all commit before it).
+  std::map<std::int64_t, clock_type::time_point> epoch_started;
   std::int64_t epochs_done = 0, epoch_rounds = 0, requeued = 0, bytes_sent = 0;
   double last_test_loss = std::numeric_limits<double>::quiet_NaN();
   double last_test_accuracy = std::numeric_limits<double>::quiet_NaN();
@@ -302,6 +306,7 @@ void dispatch(reducer_ptr self, std::size_t d) {
     m.base_round = st.round;
     m.global = st.published;
   }
+  st.epoch_started.try_emplace(claim->epoch, clock_type::now());
   m.worker_round = w.rounds++;
   // See Note [Round data]: where the claim's first inner step falls on the
   // inner schedule, as in diloco: epoch x inner steps of an epoch + its
@@ -434,7 +439,9 @@ void close_epochs(async_reducer_state& st, clock_type::time_point now) {
     } else {
       ev.test_loss = ev.test_accuracy = std::numeric_limits<double>::quiet_NaN();
     }
-    ev.seconds = seconds_between(st.epoch_time, now);
+    const auto started = st.epoch_started.find(e);
+    ev.seconds = seconds_between(started != st.epoch_started.end() ? started->second : st.epoch_time, now);
+    if (started != st.epoch_started.end()) st.epoch_started.erase(started);
     ev.samples = static_cast<std::int64_t>(st.claims->samples());
     ev.requeued = st.claims->requeued(e);
     ev.samples_per_s = ev.seconds > 0.0 ? static_cast<double>(ev.samples) / ev.seconds : 0.0;

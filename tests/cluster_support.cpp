@@ -65,6 +65,12 @@ process_result cluster::run(const std::string& name, const std::vector<std::stri
   return start(name, args)->wait();
 }
 
+std::string latest_in(const fs::path& dir) {
+  std::string name = read_text(dir / "latest");
+  while (!name.empty() && name.back() == '\n') name.pop_back();
+  return name;
+}
+
 void expect_same_state(const fs::path& a, const fs::path& b, const std::string& what) {
   for (const char* file : {"model.safetensors", "optimizer.safetensors", "workers.safetensors"}) {
     if (std::string(file) == "workers.safetensors" && !fs::exists(a / file) && !fs::exists(b / file))

@@ -93,4 +93,7 @@ class cluster {
 // runs in a failure.
 void expect_same_state(const std::filesystem::path& a, const std::filesystem::path& b, const std::string& what);
 
+// The checkpoint a checkpoint directory's `latest` names: step-00000020.
+std::string latest_in(const std::filesystem::path& dir);
+
 }  // namespace dpactor::testing

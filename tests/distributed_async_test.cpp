@@ -27,8 +27,8 @@ namespace dpactor {
 namespace {
 
 namespace fs = std::filesystem;
-using namespace std::chrono_literals;
 using testing::cluster;
+using testing::latest_in;
 using testing::mlp_config;
 
 // What a coordinator's metrics file says of the rounds: the devices' own
@@ -100,12 +100,6 @@ bool changed(const async_account& a, const std::string& reason) {
   for (const auto& r : a.reasons)
     if (r.find(reason) != std::string::npos) return true;
   return false;
-}
-
-std::string latest_in(const fs::path& dir) {
-  std::string name = testing::read_text(dir / "latest");
-  while (!name.empty() && name.back() == '\n') name.pop_back();
-  return name;
 }
 
 // Four logical workers, H = 4, contributions at most one round old,

@@ -25,6 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using testing::cluster;
+using testing::latest_in;
 using testing::mlp_config;
 
 // diloco, two logical workers (one a device: sync.workers = 0), H = 2, the
@@ -49,13 +50,6 @@ long overlapped_exchanges(const std::string& output) {
   std::smatch m;
   if (!std::regex_search(output, m, std::regex("([0-9]+) round exchanges ran during the next round"))) return -1;
   return std::stol(m[1].str());
-}
-
-// The checkpoint a directory's `latest` names: step-00000020.
-std::string latest_in(const fs::path& dir) {
-  std::string name = testing::read_text(dir / "latest");
-  while (!name.empty() && name.back() == '\n') name.pop_back();
-  return name;
 }
 
 // A coordinator and a worker with one device each train `common` into ck/;

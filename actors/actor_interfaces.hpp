@@ -43,6 +43,10 @@ struct steps_done_msg;
 struct evaluated_msg;
 struct state_msg;
 struct worker_states_msg;
+struct move_states_msg;
+struct replay_msg;
+struct round_log_request;
+struct round_log_msg;
 struct device_failed_msg;
 struct step_aborted_msg;
 struct committed_msg;
@@ -72,13 +76,14 @@ using device_actor = caf::typed_actor<
     caf::reacts_to<begin_generation_msg>, caf::reacts_to<shard_msg>, caf::reacts_to<evaluate_msg>,
     caf::reacts_to<snapshot_msg>, caf::reacts_to<finish_msg>, caf::replies_to<suspend_atom>::with<std::int64_t>,
     caf::replies_to<state_atom>::with<state_msg>, caf::reacts_to<inject_msg>, caf::reacts_to<params_request>,
-    caf::reacts_to<drain_atom, std::int64_t>>;
+    caf::reacts_to<drain_atom, std::int64_t>, caf::replies_to<move_states_msg>::with<worker_states_msg>,
+    caf::replies_to<replay_msg>::with<std::string>>;
 
 using loader_actor = caf::typed_actor<
     caf::reacts_to<generation_plan>, caf::reacts_to<committed_msg>, caf::reacts_to<eval_done_msg>,
     caf::reacts_to<rollback_msg>, caf::reacts_to<pause_msg>, caf::reacts_to<shares_msg>, caf::reacts_to<stop_atom>,
     caf::reacts_to<records_atom>, caf::reacts_to<checkpoint_atom>, caf::reacts_to<lr_msg>,
-    caf::replies_to<ledger_atom>::with<ledger_snapshot_msg>>;
+    caf::replies_to<ledger_atom>::with<ledger_snapshot_msg>, caf::replies_to<round_log_request>::with<round_log_msg>>;
 
 using reducer_actor = caf::typed_actor<
     caf::reacts_to<start_atom>, caf::reacts_to<tick_atom>, caf::reacts_to<stop_atom>,

@@ -119,11 +119,11 @@ coordinator_role::coordinator_role(caf::actor_system& system, const coordinator_
   if (plan.rounds) resolved.sync.workers = plan.shape.workers;
   setup.config_text = dump_job_config(resolved);
   setup.store = st.store;
+  // Joins during training are taken in every mode: a round mode's logical
+  // workers move to a newcomer with their states (Note [Moving logical
+  // workers]); async's travel with each round (Note [Async rounds across
+  // processes]).
   setup.on_join = [book, nodes = st.nodes, identity = job_identity(resolved),
-                   // Async rounds take joins: a worker's state travels with its
-                   // rounds (See Note [Async rounds across processes]).
-                   rounds = plan.rounds && config.sync.mode != sync_mode::async ? sync_mode_name(config.sync.mode)
-                                                                                 : std::string(),
                    fingerprint = data_fingerprint(*plan.data.train, *plan.data.test),
                    gpu_job = !config.cluster.gpus.empty()](const join_msg& msg) -> std::string {
     if (const std::string d = first_difference(identity, msg.job_identity, "coordinator", "worker"); !d.empty())
@@ -138,12 +138,6 @@ coordinator_role::coordinator_role(caf::actor_system& system, const coordinator_
       book->changed.notify_all();
       return "";
     }
-    // See Note [Worker placement]: a newcomer would take logical workers
-    // from the other processes, with their states (not built yet).
-    if (!rounds.empty())
-      return "the run trains in rounds (sync.mode = \"" + rounds +
-             "\"), whose logical workers cannot move between processes in this version: a worker process joins "
-             "before training starts (--wait-devices, --wait-workers)";
     if (!nodes->add(msg.node_actor)) return "the run is over";
     if (book->async_reducer) caf::anon_send(book->async_reducer, joined_devices(msg));
     else if (book->reducer) caf::anon_send(book->reducer, joined_devices(msg));

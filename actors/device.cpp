@@ -437,6 +437,14 @@ device_actor::behavior_type device_behavior(device_ptr self, std::shared_ptr<dev
         st.halted = false;
         st.setup->control->progress.mark(device_phase::data, st.last_step + 1);
         if (st.setup->workers && !msg.worker_node.empty()) {  // See Note [Worker placement]
+          // See Note [Moving logical workers]: before anything of the
+          // generation runs.
+          logical_worker_store& store = *st.setup->workers->setup().store;
+          const std::size_t size = msg.moved.workers.empty() ? 0 : msg.moved.states.size() / msg.moved.workers.size();
+          for (std::size_t i = 0; i < msg.moved.workers.size(); ++i)
+            store.install(msg.moved.workers[i], msg.moved.step + 1,
+                          {msg.moved.states.begin() + static_cast<std::ptrdiff_t>(i * size),
+                           msg.moved.states.begin() + static_cast<std::ptrdiff_t>((i + 1) * size)});
           std::vector<std::size_t> mine;
           for (std::size_t k = 0; k < msg.worker_node.size(); ++k)
             if (msg.worker_node[k] == msg.node) mine.push_back(k);
@@ -527,6 +535,8 @@ device_actor::behavior_type device_behavior(device_ptr self, std::shared_ptr<dev
         if (msg.generation != st.generation || !st.group || st.group->aborted()) return;
         if (st.setup->workers) {  // See Note [A checkpoint's logical workers]
           send_worker_states(self, msg.step, msg.workers);
+          // See Note [Replaying a lost worker's rounds].
+          if (const auto& history = st.setup->workers->setup().history) history->checkpoint_asked(msg.step);
           if (st.rank == 0) self->send(st.reducer, state_msg{msg.step, st.setup->model->export_state()});
           return;
         }
@@ -539,6 +549,45 @@ device_actor::behavior_type device_behavior(device_ptr self, std::shared_ptr<dev
       [self](suspend_atom) -> std::int64_t {
         settle(self);
         return self->state.last_step;
+      },
+      [self](const move_states_msg& msg) -> worker_states_msg {
+        // See Note [Moving logical workers].
+        settle(self);
+        worker_states_msg out{msg.step, msg.workers, {}, {}};
+        try {
+          if (!self->state.setup->workers) throw std::logic_error("this device runs no logical workers");
+          for (const std::uint32_t k : msg.workers) {
+            const std::vector<float> one = self->state.setup->workers->store().read(k, msg.step + 1);
+            out.states.insert(out.states.end(), one.begin(), one.end());
+          }
+        } catch (const std::exception& e) {
+          out.states.clear();
+          out.error = self->state.setup->name + ": " + e.what();
+        }
+        return out;
+      },
+      [self](replay_msg& msg) -> std::string {
+        // See Note [Replaying a lost worker's rounds].
+        settle(self);
+        auto& st = self->state;
+        try {
+          if (!st.setup->workers) throw std::logic_error("this device runs no logical workers");
+          logical_worker_runner& runner = *st.setup->workers;
+          logical_worker_store& store = *runner.setup().store;
+          if (msg.from_step < 0) store.install_first(msg.worker);
+          else store.install(msg.worker, msg.from_step + 1, std::move(msg.state));
+          std::vector<float> scratch(runner.setup().parameters);
+          device_progress& progress = st.setup->control->progress;
+          for (const step_shard& shard : msg.rounds) {
+            runner.replay(msg.worker, shard, *st.setup->train, scratch, progress);
+            progress.mark(device_phase::data, st.last_step + 1);
+          }
+          engine_log()->debug("{}: logical worker {} replayed from step {} through {}", st.setup->name, msg.worker,
+                              msg.from_step + 2, msg.rounds.empty() ? msg.from_step + 1 : msg.rounds.back().step + 1);
+          return "";
+        } catch (const std::exception& e) {
+          return st.setup->name + ": " + e.what();
+        }
       },
       [self](state_atom) -> caf::result<state_msg> {
         settle(self);

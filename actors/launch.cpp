@@ -303,6 +303,7 @@ void finish_round_plan(const job_config& config, launch_plan& plan) {
                   state.begin() + static_cast<std::ptrdiff_t>(shape.parameters_at()));
     rounds->store = std::make_shared<logical_worker_store>(workers, std::move(state));
   }
+  rounds->history = std::make_shared<round_history>();  // kept across processes only (keep_round_history)
   plan.rounds = std::move(rounds);
 }
 

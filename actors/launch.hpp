@@ -58,6 +58,10 @@ struct launch_plan {
   std::vector<float> resumed_workers;  // rounds, resumed: the workers' states until the store takes them
 };
 
+// See Note [Replaying a lost worker's rounds]: what each process of a
+// round mode's run across processes keeps of its rounds, at most.
+constexpr std::size_t round_history_bytes = std::size_t{512} << 20;
+
 // Loads the data and the initial state and plans the run. Throws data_error,
 // checkpoint_error or config_error.
 launch_plan prepare_launch(const job_config& config, const run_options& options, int replicas);

@@ -215,6 +215,10 @@ void issue_message(loader_ptr self) {
                           : worker_slices(st.plan.member_node, st.plan.worker_node, weights, rotation, slices);
       st.issued_slices = slices;
       st.issued_generation = st.plan.generation;
+      if (st.setup.rounds)
+        st.round_log.insert_or_assign(step, step_shard{step, epoch, {indices.begin(), indices.end()}, slice_rows, 0, 0,
+                                                       nullptr, position, 0.0, nullptr,
+                                                       static_cast<std::uint32_t>(slices)});
       const auto board = std::make_shared<slice_board>(slices, st.setup.steal_slices);
       const auto shared = std::make_shared<const std::vector<std::uint32_t>>(indices.begin(), indices.end());
       std::uint32_t first = 0;
@@ -406,6 +410,22 @@ void roll_back(loader_ptr self, const rollback_msg& msg) {
   }
 }
 
+// The states in `plan.moved` of the workers placed on `node` (See Note
+// [Moving logical workers]).
+moved_workers moved_to(const generation_plan& plan, std::int32_t node) {
+  moved_workers out{plan.moved.step, {}, {}};
+  if (plan.moved.workers.empty()) return out;
+  const std::size_t size = plan.moved.states.size() / plan.moved.workers.size();
+  for (std::size_t i = 0; i < plan.moved.workers.size(); ++i) {
+    const std::uint32_t k = plan.moved.workers[i];
+    if (plan.worker_node.at(k) != node) continue;
+    out.workers.push_back(k);
+    out.states.insert(out.states.end(), plan.moved.states.begin() + static_cast<std::ptrdiff_t>(i * size),
+                      plan.moved.states.begin() + static_cast<std::ptrdiff_t>((i + 1) * size));
+  }
+  return out;
+}
+
 }  // namespace
 
 loader_actor::behavior_type loader_behavior(loader_ptr self, loader_setup setup) {
@@ -433,11 +453,12 @@ loader_actor::behavior_type loader_behavior(loader_ptr self, loader_setup setup)
         const auto size = static_cast<std::int32_t>(st.plan.members.size());
         for (std::int32_t r = 0; r < size; ++r) {
           const auto rank = static_cast<std::size_t>(r);
+          const std::int32_t node = st.plan.member_node.empty() ? -1 : st.plan.member_node[rank];
           self->send(st.plan.members[rank],
                      begin_generation_msg{st.plan.generation, st.reducer, r, size, st.plan.state_source, st.plan.group,
-                                          st.plan.member_node.empty() ? -1 : st.plan.member_node[rank],
-                                          st.plan.worker_node});
+                                          node, st.plan.worker_node, moved_to(st.plan, node)});
         }
+        st.plan.moved = {};
         if (st.plan.snapshot_step >= -1) send_snapshot(self, st.plan.snapshot_step);
         if (st.pending_eval) send_evaluation(self, *st.pending_eval);
         pump(self);
@@ -464,6 +485,13 @@ loader_actor::behavior_type loader_behavior(loader_ptr self, loader_setup setup)
       [self](const shares_msg& msg) {
         auto& st = self->state;
         if (msg.generation == st.plan.generation) st.weights = msg.weights;
+      },
+      [self](const round_log_request& r) {
+        round_log_msg out;
+        const auto& log = self->state.round_log;
+        for (auto it = log.lower_bound(r.from); it != log.end() && it->first <= r.through; ++it)
+          out.rounds.push_back(it->second);
+        return out;
       },
       [self](ledger_atom) {
         auto& st = self->state;

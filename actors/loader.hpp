@@ -80,6 +80,10 @@ struct loader_setup {
 
 struct loader_state {
   loader_setup setup;
+  // Round modes: every round's shard, whole (See Note [Replaying a lost
+  // worker's rounds]): its step's indices, slices and position, about
+  // 0.5 KB a round on the default job.
+  std::map<std::int64_t, step_shard> round_log;
   reducer_actor reducer;  // from the generation plan
   std::unique_ptr<data_source> source;  // the training set's epochs or the stream, and the steps in flight
   bool idle = false;                     // told the reducer it waits for records (a stream)

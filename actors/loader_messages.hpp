@@ -27,14 +27,37 @@ struct generation_plan {
   // Note [Worker placement]); empty otherwise.
   std::vector<std::int32_t> member_node;
   std::vector<std::int32_t> worker_node;
+  // The states of the workers that change nodes in this generation (See Note
+  // [Moving logical workers]); the loader hands them to their new nodes'
+  // members.
+  moved_workers moved;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, generation_plan& x) {
   return f(caf::meta::type_name("generation_plan"), x.generation, x.reducer, x.members, x.state_source, x.group,
-           x.snapshot_step, x.member_node, x.worker_node);
+           x.snapshot_step, x.member_node, x.worker_node, x.moved);
 }
 
 // ---- steering: reducer -> loader --------------------------------------------
+
+// The shards of the committed steps [from, through], whole (See Note
+// [Replaying a lost worker's rounds]): answered with a round_log_msg.
+struct round_log_request {
+  std::int64_t from = 0;
+  std::int64_t through = -1;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, round_log_request& x) {
+  return f(caf::meta::type_name("round_log_request"), x.from, x.through);
+}
+
+struct round_log_msg {
+  std::vector<step_shard> rounds;  // in step order; a step the loader no longer has is missing
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, round_log_msg& x) {
+  return f(caf::meta::type_name("round_log_msg"), x.rounds);
+}
 
 // Every step up to `through` is committed; cut indices go back to the ledger.
 struct committed_msg {

@@ -7,7 +7,8 @@
 //   loader  -> device   begin_generation_msg, shard_msg, evaluate_msg, snapshot_msg, finish_msg
 //                       (one FIFO stream: See Note [Work flows through the loader])
 //                                                            actors/device_messages.hpp
-//   reducer -> device   suspend_atom, state_atom (requests), inject_msg, params_request
+//   reducer -> device   suspend_atom, state_atom, move_states_msg, replay_msg (requests), inject_msg,
+//                       params_request
 //   device  -> reducer  steps_done_msg (See Note [One step report]), shard_cut_msg, late_msg, bytes_msg,
 //                       evaluated_msg, state_msg, worker_states_msg, device_failed_msg,
 //                       step_aborted_msg (one-way),
@@ -19,7 +20,7 @@
 //                       params_request, checkpoint_atom, lr_msg (forwarded to the loader)
 //   coordinator -> reducer  node_joined_msg (a worker's devices, during training)
 //   reducer -> loader   generation_plan, committed_msg, eval_done_msg, rollback_msg, pause_msg,
-//                       shares_msg, stop_atom, lr_msg; ledger_atom (request)
+//                       shares_msg, stop_atom, lr_msg; ledger_atom, round_log_request (requests)
 //                                                            actors/loader_messages.hpp
 //   stream queue -> loader  records_atom
 //   reducer -> writer   write_checkpoint_msg (request, answered with checkpoint_written_msg)
@@ -113,4 +114,9 @@ CAF_BEGIN_TYPE_ID_BLOCK(dpactor, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(dpactor, (dpactor::async_remote_round_msg))
   CAF_ADD_TYPE_ID(dpactor, (dpactor::async_remote_contribution_msg))
   CAF_ADD_TYPE_ID(dpactor, (dpactor::async_progress_msg))
+  CAF_ADD_TYPE_ID(dpactor, (dpactor::moved_workers))
+  CAF_ADD_TYPE_ID(dpactor, (dpactor::move_states_msg))
+  CAF_ADD_TYPE_ID(dpactor, (dpactor::replay_msg))
+  CAF_ADD_TYPE_ID(dpactor, (dpactor::round_log_request))
+  CAF_ADD_TYPE_ID(dpactor, (dpactor::round_log_msg))
 CAF_END_TYPE_ID_BLOCK(dpactor)

@@ -65,6 +65,10 @@ void try_write_checkpoint(reducer_ptr self, std::int64_t step) {
   auto& workers = it->second.workers;
   if (workers.size() < st.setup.logical_workers) return;  // See Note [A checkpoint's logical workers]
   it->second.sent = true;
+  // See Note [Replaying a lost worker's rounds]: across processes, the
+  // newest backups (abort_remote: other processes take part).
+  if (st.setup.abort_remote)
+    for (const auto& [k, one] : workers) st.backups.insert_or_assign(k, std::pair{step, one});
   for (auto& [k, one] : workers) it->second.state->insert(it->second.state->end(), one.begin(), one.end());
   workers.clear();
   write_checkpoint(self, write_checkpoint_msg{step, it->second.position->epoch, false, std::move(*it->second.state),
@@ -151,6 +155,7 @@ void commit_ready_steps(reducer_ptr self) {
 void check_hangs(reducer_ptr self) {
   auto& st = self->state;
   if (st.failed || (st.current != phase::running && st.current != phase::pausing)) return;
+  if (st.forming) return;  // waiting for moved states, under its own deadline (Note [Moving logical workers])
   if (st.work && !st.eval_outstanding) return;  // no work left
   if (st.idle) return;  // waiting for a stream's records
   // See Note [Progress-based hang detection].
@@ -198,6 +203,7 @@ bytes_totals device_bytes(const reducer_state& st) {
     t.sent += remote.sent;
     t.largest_call = std::max(t.largest_call, remote.largest_call);
   }
+  t.sent += static_cast<std::uint64_t>(st.moved_state_bytes);  // See Note [Moving logical workers]
   return t;
 }
 

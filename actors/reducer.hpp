@@ -108,6 +108,28 @@ struct reducer_state {
   int next_device_id = 0;
   std::vector<double> sent_shares;
   std::vector<std::string> worker_owner;  // round modes: each logical worker's node (See Note [Worker placement])
+  // A generation formed whose plan waits for the states of the workers that
+  // move to another node (See Note [Moving logical workers]); set while
+  // form_generation runs too.
+  struct forming_generation {
+    membership_event event;
+    std::vector<int> ids;  // its members' device ids, by rank
+    clock::time_point started{};
+    std::vector<std::string> owner;  // each logical worker's node once it starts
+    std::map<std::size_t, std::vector<std::uint32_t>> asks;  // member rank -> workers its node gives away
+    // Workers lost with their node, each with the member rank that runs its
+    // rounds again (See Note [Replaying a lost worker's rounds]).
+    std::vector<std::pair<std::uint32_t, std::size_t>> replays;
+    std::size_t awaited = 0;  // answers still to come
+    std::map<std::uint32_t, std::vector<float>> states;  // arrived, by worker
+    std::int64_t gathered_bytes = 0;  // their bytes that crossed to this process
+  };
+  std::optional<forming_generation> forming;
+  std::int64_t moved_state_bytes = 0;  // moved workers' states sent between processes
+  // Each logical worker's newest state the reducer has, after which step:
+  // the last complete checkpoint's or its move's (See Note [Replaying a lost
+  // worker's rounds]); none: the first round's.
+  std::map<std::uint32_t, std::pair<std::int64_t, std::vector<float>>> backups;
   std::map<caf::actor_addr, bytes_totals> remote_bytes;  // another process's devices' totals (bytes_msg)
   std::map<caf::actor_addr, std::int64_t> remote_overlapped;  // and their overlapped exchanges
 

@@ -191,10 +191,12 @@ void on_suspend_reply(reducer_ptr self, std::int64_t generation, int id, std::op
 namespace {
 
 // See Note [Worker placement]: the nodes are the members' processes, in the
-// order the members name them first. Returns why the generation cannot
-// train when a worker would move to another process: its state is in the
-// process it leaves, and moving it is not built yet.
-std::string place_logical_workers(reducer_state& st, const std::string& reason) {
+// order the members name them first. Fills the plan's nodes; what moves
+// between live nodes (See Note [Moving logical workers]) and what is run
+// again for a node that is gone (See Note [Replaying a lost worker's
+// rounds]) go into `forming`.
+void place_logical_workers(reducer_state& st, reducer_state::forming_generation& forming,
+                                  const std::string& reason) {
   std::vector<placement_node> nodes;
   st.plan.member_node.clear();
   for (const device_actor& a : st.plan.members) {
@@ -205,55 +207,62 @@ std::string place_logical_workers(reducer_state& st, const std::string& reason) 
     st.plan.member_node.push_back(static_cast<std::int32_t>(it - nodes.begin()));
   }
   const worker_placement placed = place_workers(st.setup.logical_workers, nodes, st.worker_owner);
+  const auto node_index = [&](const std::string& name) {
+    return std::find_if(nodes.begin(), nodes.end(), [&](const placement_node& n) { return n.name == name; }) - nodes.begin();
+  };
   st.plan.worker_node.clear();
-  for (const std::string& owner : placed.owner)
-    st.plan.worker_node.push_back(static_cast<std::int32_t>(
-        std::find_if(nodes.begin(), nodes.end(), [&](const placement_node& n) { return n.name == owner; }) -
-        nodes.begin()));
-  st.worker_owner = placed.owner;
-  std::string moved;
-  for (const worker_move& m : placed.moves)
-    if (!m.from.empty()) moved += (moved.empty() ? "" : ", ") + std::to_string(m.worker);
-  if (moved.empty()) return "";
-  return "logical workers " + moved + " would move to another process (" + reason +
-         "): in this version a round mode across processes keeps each worker on its process, and stops when "
-         "one is lost; resume the newest checkpoint in one process (--resume with the checkpoint directory takes "
-         "its latest" +
+  for (const std::string& owner : placed.owner) st.plan.worker_node.push_back(static_cast<std::int32_t>(node_index(owner)));
+  forming.owner = placed.owner;
+  // A node's first member gives or takes its workers.
+  const auto first_member = [&](std::ptrdiff_t node) {
+    return static_cast<std::size_t>(
+        std::find(st.plan.member_node.begin(), st.plan.member_node.end(), static_cast<std::int32_t>(node)) -
+        st.plan.member_node.begin());
+  };
+  for (const worker_move& m : placed.moves) {
+    if (m.from.empty()) continue;
+    const auto k = static_cast<std::uint32_t>(m.worker);
+    const auto from = node_index(m.from);
+    if (from == static_cast<std::ptrdiff_t>(nodes.size())) forming.replays.emplace_back(k, first_member(node_index(m.to)));
+    else forming.asks[first_member(from)].push_back(k);
+  }
+}
+
+// Why the run stops when a lost worker cannot be run again (See Note
+// [Replaying a lost worker's rounds]).
+std::string cannot_replay(const reducer_state& st, const std::string& why) {
+  return "a logical worker lost with its process cannot be run again (" + why +
+         "); resume the newest checkpoint in one process (--resume with the checkpoint directory takes its latest" +
          (st.book->summary().checkpoint.empty() ? std::string(")")
                                                 : "; the newest confirmed so far is " + st.book->summary().checkpoint + ")");
 }
 
-}  // namespace
-
-void form_generation(reducer_ptr self, std::int32_t state_source) {
+// The generation in `st.forming` has its moved workers' states: it starts.
+void start_generation(reducer_ptr self) {
   auto& st = self->state;
-  const auto now = clock_type::now();
-  const std::string reason = st.members->form_generation();
-  st.plan.generation = st.members->generation();
-  st.plan.reducer = caf::actor_cast<reducer_actor>(self);
-  st.plan.members.clear();
-  std::vector<int> ids;
-  membership_event e{st.plan.generation, st.book->committed() + 1, {}, {}, reason};
-  for (std::size_t r = 0; r < st.members->members().size(); ++r) {
-    const member_handle& h = st.handle(r);
-    st.plan.members.push_back(h.actor);
-    h.control->cut_step.store(-1);
-    // A new generation starts the clock (the device marks it too when the
-    // generation reaches it).
-    h.control->progress.mark(device_phase::data, st.book->committed() + 1);
-    ids.push_back(h.id);
-    e.members.push_back(h.name);
-    e.actor_ids.push_back(h.actor.id());
-  }
-  st.plan.state_source = state_source;
-  if (st.setup.logical_workers > 0 && !st.plan.members.empty())
-    if (const std::string moved = place_logical_workers(st, reason); !moved.empty()) {
-      engine_log()->error("{}", moved);
-      fail_run(self, std::make_exception_ptr(training_error(moved)));
-      return;
+  reducer_state::forming_generation f = std::move(*st.forming);
+  st.forming.reset();
+  if (st.setup.logical_workers > 0) st.worker_owner = std::move(f.owner);
+  st.plan.moved = {};
+  if (!f.states.empty()) {  // See Note [Moving logical workers]
+    st.plan.moved.step = st.book->committed();
+    std::int64_t bytes = f.gathered_bytes;
+    for (auto& [k, state] : f.states) {
+      st.backups.insert_or_assign(k, std::pair{st.plan.moved.step, state});  // See Note [Replaying a lost worker's rounds]
+      st.plan.moved.workers.push_back(k);
+      st.plan.moved.states.insert(st.plan.moved.states.end(), state.begin(), state.end());
+      for (std::size_t r = 0; r < st.plan.members.size(); ++r)
+        if (st.plan.member_node[r] == st.plan.worker_node.at(k) && st.plan.members[r].node() != self->node())
+          bytes += static_cast<std::int64_t>(state.size() * sizeof(float));
     }
-  st.plan.group = st.setup.make_group(ids, st.plan.generation);
-  st.book->start_generation(st.plan.generation, ids.size(), now);
+    st.moved_state_bytes += bytes;
+    std::string which;
+    for (const std::uint32_t k : st.plan.moved.workers) which += (which.empty() ? "" : ", ") + std::to_string(k);
+    engine_log()->info("generation {}: logical workers {} move to another process with their states ({:.2f} MB)",
+                       st.plan.generation, which, static_cast<double>(bytes) / 1e6);
+  }
+  st.plan.group = st.setup.make_group(f.ids, st.plan.generation);
+  st.book->start_generation(st.plan.generation, f.ids.size(), f.started);
   st.sent_shares.clear();
   st.idle = false;
   st.pause_point.reset();
@@ -263,6 +272,7 @@ void form_generation(reducer_ptr self, std::int32_t state_source) {
   st.rescue_state.reset();
   st.current = phase::running;
 
+  const membership_event& e = f.event;
   const std::string names = member_list(e.members);
   if (e.generation == 0) {
     engine_log()->info("generation 0: {} members ({})", e.members.size(), names);
@@ -280,6 +290,155 @@ void form_generation(reducer_ptr self, std::int32_t state_source) {
       st.plan.snapshot_step = st.work->last_step;
   }
   self->send(st.setup.loader, st.plan);
+  st.plan.moved = {};
+}
+
+// One answer the forming generation waited for has come: the last starts it.
+void answer_arrived(reducer_ptr self) {
+  auto& st = self->state;
+  if (--st.forming->awaited > 0) return;
+  start_generation(self);
+  request_graceful_change(self);
+  maybe_finish(self);
+}
+
+// Whether an answer for `generation` is still wanted.
+bool forming(const reducer_state& st, std::int64_t generation) {
+  return st.forming && st.plan.generation == generation && !st.failed && !st.ending && st.current != phase::stopping;
+}
+
+// The replays of the forming generation, with the loader's shards of the
+// rounds since the oldest backup (See Note [Replaying a lost worker's
+// rounds]).
+void send_replays(reducer_ptr self, std::int64_t generation, round_log_msg& log) {
+  auto& st = self->state;
+  if (!forming(st, generation)) return;
+  const std::int64_t through = st.book->committed();
+  for (const auto& [k, rank] : st.forming->replays) {
+    replay_msg msg{generation, k, -1, {}, {}};
+    if (const auto it = st.backups.find(k); it != st.backups.end()) {
+      msg.from_step = it->second.first;
+      msg.state = it->second.second;
+    }
+    for (const step_shard& shard : log.rounds)
+      if (shard.step > msg.from_step && shard.step <= through) msg.rounds.push_back(shard);
+    if (static_cast<std::int64_t>(msg.rounds.size()) != through - msg.from_step) {
+      const std::string why = "the loader no longer has the rounds since step " + std::to_string(msg.from_step + 2);
+      engine_log()->error("{}", cannot_replay(st, why));
+      st.forming.reset();
+      end_run(self, cannot_replay(st, why));
+      return;
+    }
+    const device_actor target = st.plan.members.at(rank);
+    const int id = st.forming->ids.at(rank);
+    engine_log()->info("generation {}: logical worker {}, lost with its process, runs its steps {} to {} again on {}",
+                       generation, k, msg.from_step + 2, through + 1, st.handle(rank).name);
+    if (target.node() != self->node())
+      st.moved_state_bytes += static_cast<std::int64_t>(msg.state.size() * sizeof(float));
+    // A round of the default job takes 10-150 ms.
+    const auto limit = stop_request_timeout + std::chrono::seconds(msg.rounds.size());
+    self->request(target, limit, std::move(msg))
+        .then(
+            [self, generation](const std::string& error) {
+              auto& st = self->state;
+              if (!forming(st, generation)) return;
+              if (!error.empty()) {
+                const std::string why = cannot_replay(st, error);
+                engine_log()->error("{}", why);
+                st.forming.reset();
+                end_run(self, why);
+                return;
+              }
+              answer_arrived(self);
+            },
+            [self, generation, id](caf::error& err) {
+              auto& st = self->state;
+              if (!forming(st, generation)) return;
+              handle_fault(self, st.members->rank_of(id), "did not run a lost logical worker's rounds again (" +
+                                                             caf::to_string(err) + ")");
+            });
+  }
+  answer_arrived(self);  // the loader's
+}
+
+// A member's answer with the states of the workers that leave its node (See
+// Note [Moving logical workers]).
+void on_moved_states(reducer_ptr self, std::int64_t generation, bool remote, worker_states_msg& msg) {
+  auto& st = self->state;
+  if (!forming(st, generation)) return;
+  if (!msg.error.empty() || msg.workers.empty() || msg.states.size() % msg.workers.size() != 0) {
+    fail_run(self, std::make_exception_ptr(training_error("logical workers cannot move to another process: " +
+                                                          (msg.error.empty() ? std::string("no states came") : msg.error))));
+    return;
+  }
+  const std::size_t size = msg.states.size() / msg.workers.size();
+  for (std::size_t i = 0; i < msg.workers.size(); ++i)
+    st.forming->states[msg.workers[i]].assign(msg.states.begin() + static_cast<std::ptrdiff_t>(i * size),
+                                              msg.states.begin() + static_cast<std::ptrdiff_t>((i + 1) * size));
+  if (remote) st.forming->gathered_bytes += static_cast<std::int64_t>(msg.states.size() * sizeof(float));
+  answer_arrived(self);
+}
+
+}  // namespace
+
+void form_generation(reducer_ptr self, std::int32_t state_source) {
+  auto& st = self->state;
+  const auto now = clock_type::now();
+  const std::string reason = st.members->form_generation();
+  st.plan.generation = st.members->generation();
+  st.plan.reducer = caf::actor_cast<reducer_actor>(self);
+  st.plan.members.clear();
+  st.forming.emplace();
+  reducer_state::forming_generation& f = *st.forming;
+  f.started = now;
+  f.event = membership_event{st.plan.generation, st.book->committed() + 1, {}, {}, reason};
+  for (std::size_t r = 0; r < st.members->members().size(); ++r) {
+    const member_handle& h = st.handle(r);
+    st.plan.members.push_back(h.actor);
+    h.control->cut_step.store(-1);
+    // A new generation starts the clock (the device marks it too when the
+    // generation reaches it).
+    h.control->progress.mark(device_phase::data, st.book->committed() + 1);
+    f.ids.push_back(h.id);
+    f.event.members.push_back(h.name);
+    f.event.actor_ids.push_back(h.actor.id());
+  }
+  st.plan.state_source = state_source;
+  if (st.setup.logical_workers > 0 && !st.plan.members.empty()) place_logical_workers(st, f, reason);
+  if (f.asks.empty() && f.replays.empty()) {
+    start_generation(self);
+    return;
+  }
+  // See Notes [Moving logical workers] and [Replaying a lost worker's
+  // rounds]: the plan waits for the states and the replays.
+  f.awaited = f.asks.size() + f.replays.size() + (f.replays.empty() ? 0 : 1);
+  const std::int64_t generation = st.plan.generation;
+  if (!f.replays.empty()) {
+    std::int64_t from = st.book->committed() + 1;
+    for (const auto& [k, rank] : f.replays)
+      from = std::min(from, st.backups.count(k) ? st.backups.at(k).first + 1 : std::int64_t{0});
+    self->request(st.setup.loader, stop_request_timeout, round_log_request{from, st.book->committed()})
+        .then([self, generation](round_log_msg& log) { send_replays(self, generation, log); },
+              [self, generation](caf::error& err) {
+                auto& st = self->state;
+                if (!forming(st, generation)) return;
+                st.forming.reset();
+                end_run(self, cannot_replay(st, "the loader did not answer: " + caf::to_string(err)));
+              });
+  }
+  for (const auto& [rank, workers] : f.asks) {
+    const device_actor giver = st.plan.members[rank];
+    const int id = f.ids[rank];
+    const bool remote = giver.node() != self->node();
+    self->request(giver, stop_request_timeout, move_states_msg{generation, st.book->committed(), workers})
+        .then([self, generation, remote](worker_states_msg& msg) { on_moved_states(self, generation, remote, msg); },
+              [self, generation, id](caf::error& err) {
+                auto& st = self->state;
+                if (!st.forming || st.plan.generation != generation) return;
+                const auto rank = st.members->rank_of(id);
+                handle_fault(self, rank, "did not give its logical workers' states (" + caf::to_string(err) + ")");
+              });
+  }
 }
 
 void handle_fault(reducer_ptr self, std::optional<std::size_t> rank, const std::string& reason) {

@@ -56,7 +56,7 @@ void drop_work(sim_ptr self) {
 }
 
 // The step in `current` completed in the collective: the member applies it.
-void apply(sim_ptr self, const simulated_result& result) {
+void apply_result(sim_ptr self, const simulated_result& result) {
   auto& st = self->state;
   const auto& shard = std::get<step_shard>(st.current->item);
   st.last_step = shard.step;
@@ -166,7 +166,7 @@ void on_computed(sim_ptr self, std::int64_t generation, std::int64_t step) {
 void on_exchanged(sim_ptr self, std::int64_t generation, std::int64_t step) {
   auto& st = self->state;
   if (!is_current(st, generation, step) || !st.exchanging) return;
-  if (auto result = st.group->take(step, st.rank)) apply(self, *result);
+  if (auto result = st.group->take(step, st.rank)) apply_result(self, *result);
   pump(self);
 }
 
@@ -225,12 +225,16 @@ simulated_device_actor::behavior_type simulated_device_behavior(sim_ptr self,
         // completed is applied, as a device's returning collective would.
         auto& st = self->state;
         if (st.current && st.exchanging)
-          if (auto result = st.group->take(std::get<step_shard>(st.current->item).step, st.rank)) apply(self, *result);
+          if (auto result = st.group->take(std::get<step_shard>(st.current->item).step, st.rank)) apply_result(self, *result);
         send_report(self);
         drop_work(self);
         return st.last_step;
       },
       [self](state_atom) { return state_msg{self->state.last_step, {}}; },
+      [](const replay_msg&) { return std::string("a simulated device runs no logical workers"); },
+      [](const move_states_msg& msg) {
+        return worker_states_msg{msg.step, {}, {}, "a simulated device runs no logical workers"};
+      },
       [self](const inject_msg& msg) { self->state.setup->faults.push_back(parse_fault_spec(msg.spec)); },
       [](const params_request& req) {
         req.reply->set_exception(std::make_exception_ptr(std::logic_error("a simulated device holds no parameters")));

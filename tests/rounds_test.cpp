@@ -26,6 +26,7 @@
 #include "tests/recorded_run.hpp"
 #include "tests/test_support.hpp"
 #include "train/logical_workers.hpp"
+#include "train/round_history.hpp"
 #include "train/round_shape.hpp"
 
 namespace dpactor {
@@ -110,6 +111,55 @@ TEST(LogicalWorkerStore, AProcessReadsOnlyTheWorkersItHolds) {
   EXPECT_EQ(store.read(1, 1), (std::vector<float>{0.0f})) << "a held worker that has not run starts from the first state";
   EXPECT_THROW(store.read(2, 0), std::logic_error);
   EXPECT_THROW(store.read(2, 1), std::logic_error);
+}
+
+// See Note [Moving logical workers]: a moved worker's state is installed
+// by each member of its new node, and the second install never erases a
+// round the first member's device has run since.
+TEST(LogicalWorkerStore, AMovedWorkerIsInstalledOnceAndNeverOverANewerRound) {
+  logical_worker_store store(2, {0.0f});
+  const std::vector<std::size_t> mine{0};
+  store.hold_only(mine);
+  EXPECT_THROW(store.read(1, 5), std::logic_error);
+  store.install(1, 5, {4.0f});  // the state after round 4
+  EXPECT_TRUE(store.holds(1));
+  EXPECT_EQ(store.read(1, 5), (std::vector<float>{4.0f}));
+  EXPECT_THROW(store.read(1, 3), std::logic_error) << "nothing before the moved state";
+  store.write(1, 5, {5.0f});
+  store.install(1, 5, {4.0f});  // the node's second member
+  EXPECT_EQ(store.read(1, 6), (std::vector<float>{5.0f})) << "the round run since stays";
+  EXPECT_EQ(store.read(1, 5), (std::vector<float>{4.0f}));
+  store.install_first(0);  // See Note [Replaying a lost worker's rounds]: no backup
+  EXPECT_EQ(store.read(0, 0), (std::vector<float>{0.0f}));
+}
+
+// See Note [Replaying a lost worker's rounds]: the history keeps each
+// round's first start and maxima, the rounds since the checkpoint asked for
+// before the last (the last may not complete), and no more than its bytes,
+// oldest first; it keeps nothing until told how much.
+TEST(RoundHistory, KeepsTheRoundsSinceTheCheckpointBeforeTheLastWithinItsBytes) {
+  round_history history;
+  const std::vector<float> a{1.0f, 2.0f}, b{3.0f, 4.0f};
+  history.record_start(0, a);
+  EXPECT_EQ(history.start(0), std::nullopt) << "one process keeps nothing";
+  history.keep(1 << 20);
+  for (std::int64_t r = 0; r < 10; ++r) history.record_start(r, a);
+  history.record_start(3, b);
+  EXPECT_EQ(history.start(3), a) << "a round run again starts from the same bytes: the first is kept";
+  history.record_maxima(3, b);
+  EXPECT_EQ(history.maxima(3), b);
+  EXPECT_EQ(history.maxima(4), std::nullopt);
+  history.checkpoint_asked(4);
+  EXPECT_EQ(history.start(0), a) << "checkpoint 4 may not complete: the backups are the first round's";
+  history.checkpoint_asked(7);
+  EXPECT_EQ(history.start(4), std::nullopt);
+  EXPECT_EQ(history.maxima(3), std::nullopt);
+  EXPECT_EQ(history.start(5), a) << "checkpoint 7 may not complete: the backups are 4's";
+  EXPECT_EQ(history.bytes(), 5 * 2 * sizeof(float));
+  history.keep(3 * 2 * sizeof(float));
+  EXPECT_EQ(history.start(6), std::nullopt) << "past its bytes, the oldest go";
+  EXPECT_EQ(history.start(7), a);
+  EXPECT_EQ(history.start(9), a);
 }
 
 // The plain loop: `rounds` rounds of K workers, H inner steps each.

@@ -6,6 +6,8 @@
 #include <utility>
 
 #include "comms/collective.hpp"
+#include "train/bf16_codec.hpp"
+#include "train/int8_codec.hpp"
 
 namespace dpactor {
 
@@ -89,6 +91,23 @@ void logical_worker_store::reset(std::size_t k, std::int64_t round, std::vector<
   const std::lock_guard lock(mutex_);
   written_.notify_all();
   auto& w = states_.at(k);
+  w.rounds.clear();
+  w.rounds.emplace(round - 1, std::move(state));
+  w.pruned = true;  // nothing before it
+  w.held = true;
+}
+void logical_worker_store::install_first(std::size_t k) {
+  const std::lock_guard lock(mutex_);
+  if (first_round_ != 0)
+    throw std::logic_error("logical worker " + std::to_string(k) + ": a resumed store has no first round to start from");
+  written_.notify_all();
+  states_.at(k) = kept{{}, false, true};
+}
+void logical_worker_store::install(std::size_t k, std::int64_t round, std::vector<float> state) {
+  const std::lock_guard lock(mutex_);
+  auto& w = states_.at(k);
+  if (w.held && !w.rounds.empty() && w.rounds.rbegin()->first >= round - 1) return;
+  written_.notify_all();
   w.rounds.clear();
   w.rounds.emplace(round - 1, std::move(state));
   w.pruned = true;  // nothing before it
@@ -219,6 +238,50 @@ void logical_worker_runner::discard(std::int64_t step, std::size_t slice) {
     pending_.erase({slice, step});
   }
   setup_->store->write(slice, step, setup_->store->read(slice, step));
+}
+
+}  // namespace dpactor
+
+namespace dpactor {
+
+void logical_worker_runner::step_starts(std::int64_t step, std::span<const float> state) {
+  if (!setup_->history) return;
+  setup_->history->record_start(step, state.first(std::min(state.size(), setup_->state_shape(inner_->layout()).parameters)));
+}
+
+void logical_worker_runner::keep_maxima(std::int64_t step, std::span<const float> maxima) {
+  if (setup_->history) setup_->history->record_maxima(step, maxima);
+}
+
+void logical_worker_runner::replay(std::size_t k, const step_shard& shard, const dataset& train,
+                                   std::span<float> scratch, device_progress& progress) {
+  const auto missing = [&](const char* what) {
+    return std::runtime_error("logical worker " + std::to_string(k) + "'s round " + std::to_string(shard.step + 1) +
+                              " cannot be run again here: this process no longer keeps the round's " + what);
+  };
+  if (!setup_->history) throw missing("global parameters");
+  const std::optional<std::vector<float>> global = setup_->history->start(shard.step);
+  if (!global) throw missing("global parameters");
+  const std::span<const std::uint32_t> all = shard.all_indices();
+  const std::size_t at = std::min(all.size(), k * shard.slice_rows);  // as step_runner::compute_slices cuts them
+  const auto rows = all.subspan(at, std::min<std::size_t>(shard.slice_rows, all.size() - at));
+  run(k, shard.step, shard.schedule_position, rows, train, *global, scratch, progress);
+  if (!setup_->residual()) return;
+  // What the exchange would have kept (step_runner::exchange_int8 and
+  // exchange_bf16), on the round's fragment.
+  const auto [fb, fe] = setup_->fragment(shard.step);
+  const std::span<float> v = scratch.subspan(fb, fe - fb);
+  if (setup_->codec == sync_codec::int8) {
+    const std::optional<std::vector<float>> maxima = setup_->history->maxima(shard.step);
+    if (!maxima) throw missing("int8 block maxima");
+    int8_plan plan;
+    plan.build(*maxima, maxima->size() / int8_blocks(v.size()));
+    std::vector<std::int8_t> sum(v.size(), 0);
+    plan.encode(k, v, sum);
+  } else {
+    for (float& x : v) x -= from_bf16(to_bf16(x));
+  }
+  keep_residual(shard.step, k, scratch);
 }
 
 }  // namespace dpactor

@@ -84,7 +84,9 @@
 #include "tensors/lr_schedule.hpp"
 #include "tensors/replica.hpp"
 #include "train/device_progress.hpp"
+#include "train/round_history.hpp"
 #include "train/slice_work.hpp"
+#include "train/step_shard.hpp"
 #include "train/worker_state.hpp"
 
 namespace dpactor {
@@ -131,6 +133,14 @@ class logical_worker_store {
   // each round (See Note [Async rounds across processes]), which may be an
   // older round than one it ran before (the newer one was lost).
   void reset(std::size_t k, std::int64_t round, std::vector<float> state);
+  // Worker k moved to this process (See Note [Moving logical workers]): its
+  // state at the start of round `round` is `state`, unless this process
+  // already holds a state of k at or after that point (another of its
+  // devices installed it and may have run the round since: never erased).
+  void install(std::size_t k, std::int64_t round, std::vector<float> state);
+  // Worker k starts again from the first round's state (See Note
+  // [Replaying a lost worker's rounds]: a worker with no backup).
+  void install_first(std::size_t k);
 
  private:
   // Rounds whose states are kept behind the newest written.
@@ -174,6 +184,9 @@ struct round_setup {
     return worker_state_shape::of(inner, residual(), static_cast<std::size_t>(fragments), delayed);
   }
   std::shared_ptr<logical_worker_store> store;
+  // What this process keeps of each round for replays (See Note [Replaying
+  // a lost worker's rounds]); null: nothing (one process).
+  std::shared_ptr<round_history> history;
 };
 
 // Runs logical workers' rounds on one device, with its own inner replica.
@@ -207,6 +220,16 @@ class logical_worker_runner final : public slice_work {
   // the one it started the round from (written over the one the round
   // wrote, without a residual).
   void discard(std::int64_t step, std::size_t slice) override;
+  // See Note [Replaying a lost worker's rounds]: the history.
+  void step_starts(std::int64_t step, std::span<const float> state) override;
+  void keep_maxima(std::int64_t step, std::span<const float> maxima) override;
+  // Worker k's round `shard.step` once more, as it ran in another process:
+  // from its state before it in the store, the round's global parameters and
+  // maxima from the history, its rows of `shard`; its state after it is
+  // written, residual included. Throws std::runtime_error when the history
+  // lacks the round. `scratch`: parameter_size floats.
+  void replay(std::size_t k, const step_shard& shard, const dataset& train, std::span<float> scratch,
+              device_progress& progress);
   // The weight of the last run: the samples since its fragment's last
   // exchange.
   double last_weight() const noexcept override { return weight_; }

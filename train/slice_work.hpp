@@ -28,6 +28,12 @@ class slice_work {
   virtual void keep_residual(std::int64_t step, std::size_t slice, std::span<const float> residual) {
     (void)step, (void)slice, (void)residual;
   }
+  // Step `step`'s slices start from `model`, whose state this is (called
+  // once a step, before any of its slices). The default keeps nothing.
+  virtual void step_starts(std::int64_t step, std::span<const float> state) { (void)step, (void)state; }
+  // The int8 codec's block maxima of every slice of step `step`, as every
+  // member planned its scales from them. The default keeps nothing.
+  virtual void keep_maxima(std::int64_t step, std::span<const float> maxima) { (void)step, (void)maxima; }
   // Step `step` was not applied (See Note [Non-finite steps]): slice
   // `slice` keeps the state it started the step from (a logical worker does
   // not carry a round whose values were not finite into its next one). The

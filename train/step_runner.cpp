@@ -142,6 +142,7 @@ step_runner::computed step_runner::compute_slices(const step_shard& shard, repli
   computed_slices_.clear();
   computed_step_ = shard.step;
   c.work = work;
+  if (work != nullptr) work->step_starts(shard.step, model.state_buffer());
   const std::span<const std::uint32_t> rows = shard.all_indices();
   const auto compute = [&](std::size_t slice) {
     const auto start = clock_type::now();
@@ -433,6 +434,7 @@ void step_runner::exchange_int8(const computed& c, std::size_t begin, std::size_
   for (const auto& [slice, buffer] : leaves_)
     block_maxima(buffers_[buffer].subspan(begin, n), std::span<float>(maxima_).subspan(slice * blocks, blocks));
   if (comm.size() > 1) comm.all_reduce_sum(maxima_, options);
+  if (c.work != nullptr) c.work->keep_maxima(c.step, maxima_);
   int8_plan_.build(maxima_, workers);
   int8_sum_.assign(n, 0);
   for (const auto& [slice, buffer] : leaves_) {

@@ -442,9 +442,11 @@ device_actor::behavior_type device_behavior(device_ptr self, std::shared_ptr<dev
           logical_worker_store& store = *st.setup->workers->setup().store;
           const std::size_t size = msg.moved.workers.empty() ? 0 : msg.moved.states.size() / msg.moved.workers.size();
           for (std::size_t i = 0; i < msg.moved.workers.size(); ++i)
-            store.install(msg.moved.workers[i], msg.moved.step + 1,
-                          {msg.moved.states.begin() + static_cast<std::ptrdiff_t>(i * size),
-                           msg.moved.states.begin() + static_cast<std::ptrdiff_t>((i + 1) * size)});
+            if (std::find(msg.moved.restart.begin(), msg.moved.restart.end(), msg.moved.workers[i]) ==
+                msg.moved.restart.end())
+              store.install(msg.moved.workers[i], msg.moved.step + 1,
+                            {msg.moved.states.begin() + static_cast<std::ptrdiff_t>(i * size),
+                             msg.moved.states.begin() + static_cast<std::ptrdiff_t>((i + 1) * size)});
           std::vector<std::size_t> mine;
           for (std::size_t k = 0; k < msg.worker_node.size(); ++k)
             if (msg.worker_node[k] == msg.node) mine.push_back(k);
@@ -480,6 +482,21 @@ device_actor::behavior_type device_behavior(device_ptr self, std::shared_ptr<dev
         } catch (const collective_error& e) {
           self->send(st.reducer, step_aborted_msg{st.generation, st.last_step + 1, st.rank, e.what()});
         }
+        // See Note [Fast rounds across processes]: from the global
+        // parameters just adopted (or, if the generation failed to form,
+        // the replica's own: a later generation does not restart it again).
+        if (st.setup->workers)
+          for (const std::uint32_t k : msg.moved.restart) {
+            const auto it = std::find(msg.moved.workers.begin(), msg.moved.workers.end(), k);
+            const std::size_t size = msg.moved.workers.empty() ? 0 : msg.moved.states.size() / msg.moved.workers.size();
+            const auto i = static_cast<std::size_t>(it - msg.moved.workers.begin());
+            std::vector<float> state =
+                it == msg.moved.workers.end()
+                    ? st.setup->workers->store().first_state()
+                    : std::vector<float>(msg.moved.states.begin() + static_cast<std::ptrdiff_t>(i * size),
+                                         msg.moved.states.begin() + static_cast<std::ptrdiff_t>((i + 1) * size));
+            st.setup->workers->restart(k, msg.moved.step + 1, std::move(state), st.setup->model->state_buffer());
+          }
       },
       [self](const shard_msg& msg) {
         auto& st = self->state;

@@ -54,12 +54,16 @@ struct moved_workers {
   std::int64_t step = -1;  // the states after this step: the generation's first is step + 1
   std::vector<std::uint32_t> workers;
   std::vector<float> states;  // worker after worker, in `workers` order
+  // Fast mode: workers lost with their process, which restart from the
+  // state `workers` gives them (their backup), or the first round's if it
+  // gives none (See Note [Fast rounds across processes]).
+  std::vector<std::uint32_t> restart;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, moved_workers& x) {
   std::vector<char> states;  // See Note [Floats cross the network as their bytes]
   return f(caf::meta::type_name("moved_workers"), x.step, x.workers, wire_out(states, x.states), states,
-           wire_in(states, x.states));
+           wire_in(states, x.states), x.restart);
 }
 
 struct begin_generation_msg {

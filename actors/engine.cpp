@@ -351,7 +351,7 @@ void Engine::start() {
                        ": a replay follows a run's decisions from its start, and a resumed run's rounds start from "
                        "the checkpoint; replay the whole run without --resume");
   const auto plan = std::make_shared<const launch_plan>(prepare_launch(config, m.options, replica_count()));
-  if (plan->rounds && m.options.coordinator && config.sync.mode != sync_mode::async)
+  if (plan->rounds && m.options.coordinator && config.sync.mode != sync_mode::async && config.train.reproducible)
     plan->rounds->history->keep(round_history_bytes);
   if (!m.options.replay_rounds.empty() && config.sync.mode != sync_mode::async)
     throw config_error("--replay-rounds " + m.options.replay_rounds + ": replays the decisions of a sync.mode = \"async\" "

@@ -541,7 +541,8 @@ loader_setup make_loader_setup(const job_config& config, const launch_plan& plan
     ls.batch_size = plan.shape.round_samples();
     ls.rounds = plan.shape;
   }
-  if (config.train.reproducible) {
+  // A round's slices are its logical workers' shares, in fast mode too.
+  if (config.train.reproducible || plan.rounds) {
     ls.slice_rows = static_cast<std::uint32_t>(config.train.micro_batch);
     const auto policy = config.straggler.policy;
     ls.steal_slices = policy == straggler_policy::cut || policy == straggler_policy::balance_cut;
@@ -567,6 +568,7 @@ reducer_setup make_reducer_setup(const job_config& config, const launch_plan& pl
   rs.book.smoothing = config.straggler.smoothing;
   rs.straggler = config.straggler;
   rs.cuts = cuts_enabled(config);
+  rs.replay_lost_workers = config.train.reproducible;
   rs.min_devices = config.cluster.min_devices;
   rs.hang_timeout_s = config.cluster.hang_timeout_s;
   rs.first_step_timeout_s = config.cluster.first_step_timeout_s;

@@ -413,7 +413,9 @@ void roll_back(loader_ptr self, const rollback_msg& msg) {
 // The states in `plan.moved` of the workers placed on `node` (See Note
 // [Moving logical workers]).
 moved_workers moved_to(const generation_plan& plan, std::int32_t node) {
-  moved_workers out{plan.moved.step, {}, {}};
+  moved_workers out{plan.moved.step, {}, {}, {}};
+  for (const std::uint32_t k : plan.moved.restart)
+    if (plan.worker_node.at(k) == node) out.restart.push_back(k);
   if (plan.moved.workers.empty()) return out;
   const std::size_t size = plan.moved.states.size() / plan.moved.workers.size();
   for (std::size_t i = 0; i < plan.moved.workers.size(); ++i) {

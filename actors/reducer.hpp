@@ -84,6 +84,11 @@ struct reducer_setup {
   // members' processes at each generation (See Note [Worker placement]);
   // 0: not a round mode.
   std::size_t logical_workers = 0;
+  // Round modes across processes, a node lost: its workers' rounds run again
+  // (reproducible mode, See Note [Replaying a lost worker's rounds]), or
+  // they restart from their backups (fast mode, See Note [Fast rounds
+  // across processes]).
+  bool replay_lost_workers = true;
 };
 
 struct reducer_state {
@@ -120,6 +125,7 @@ struct reducer_state {
     // Workers lost with their node, each with the member rank that runs its
     // rounds again (See Note [Replaying a lost worker's rounds]).
     std::vector<std::pair<std::uint32_t, std::size_t>> replays;
+    std::vector<std::uint32_t> restarts;  // fast mode: workers lost with their node
     std::size_t awaited = 0;  // answers still to come
     std::map<std::uint32_t, std::vector<float>> states;  // arrived, by worker
     std::int64_t gathered_bytes = 0;  // their bytes that crossed to this process

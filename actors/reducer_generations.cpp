@@ -223,8 +223,9 @@ void place_logical_workers(reducer_state& st, reducer_state::forming_generation&
     if (m.from.empty()) continue;
     const auto k = static_cast<std::uint32_t>(m.worker);
     const auto from = node_index(m.from);
-    if (from == static_cast<std::ptrdiff_t>(nodes.size())) forming.replays.emplace_back(k, first_member(node_index(m.to)));
-    else forming.asks[first_member(from)].push_back(k);
+    if (from != static_cast<std::ptrdiff_t>(nodes.size())) forming.asks[first_member(from)].push_back(k);
+    else if (st.setup.replay_lost_workers) forming.replays.emplace_back(k, first_member(node_index(m.to)));
+    else forming.restarts.push_back(k);
   }
 }
 
@@ -244,11 +245,23 @@ void start_generation(reducer_ptr self) {
   st.forming.reset();
   if (st.setup.logical_workers > 0) st.worker_owner = std::move(f.owner);
   st.plan.moved = {};
+  // See Note [Fast rounds across processes]: a lost worker's backup goes
+  // with it.
+  for (const std::uint32_t k : f.restarts) {
+    const auto it = st.backups.find(k);
+    engine_log()->warn("generation {}: logical worker {}, lost with its process, restarts from {} (fast mode)",
+                       st.plan.generation, k,
+                       it == st.backups.end() ? std::string("the first round's state")
+                                              : "its state after step " + std::to_string(it->second.first + 1));
+    if (it != st.backups.end()) f.states[k] = it->second.second;
+  }
+  st.plan.moved.restart = f.restarts;
   if (!f.states.empty()) {  // See Note [Moving logical workers]
     st.plan.moved.step = st.book->committed();
     std::int64_t bytes = f.gathered_bytes;
     for (auto& [k, state] : f.states) {
-      st.backups.insert_or_assign(k, std::pair{st.plan.moved.step, state});  // See Note [Replaying a lost worker's rounds]
+      if (std::find(f.restarts.begin(), f.restarts.end(), k) == f.restarts.end())  // See Note [Replaying a lost worker's rounds]
+        st.backups.insert_or_assign(k, std::pair{st.plan.moved.step, state});
       st.plan.moved.workers.push_back(k);
       st.plan.moved.states.insert(st.plan.moved.states.end(), state.begin(), state.end());
       for (std::size_t r = 0; r < st.plan.members.size(); ++r)
@@ -257,9 +270,12 @@ void start_generation(reducer_ptr self) {
     }
     st.moved_state_bytes += bytes;
     std::string which;
-    for (const std::uint32_t k : st.plan.moved.workers) which += (which.empty() ? "" : ", ") + std::to_string(k);
-    engine_log()->info("generation {}: logical workers {} move to another process with their states ({:.2f} MB)",
-                       st.plan.generation, which, static_cast<double>(bytes) / 1e6);
+    for (const std::uint32_t k : st.plan.moved.workers)
+      if (std::find(f.restarts.begin(), f.restarts.end(), k) == f.restarts.end())
+        which += (which.empty() ? "" : ", ") + std::to_string(k);
+    if (!which.empty())
+      engine_log()->info("generation {}: logical workers {} move to another process with their states ({:.2f} MB)",
+                         st.plan.generation, which, static_cast<double>(bytes) / 1e6);
   }
   st.plan.group = st.setup.make_group(f.ids, st.plan.generation);
   st.book->start_generation(st.plan.generation, f.ids.size(), f.started);

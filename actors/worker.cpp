@@ -171,7 +171,8 @@ worker_result serve(caf::actor_system& system, const worker_options& options, bo
                        : config.cluster.cpus > 0 ? static_cast<int>(config.cluster.cpus)
                                                  : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   const launch_plan plan = prepare_launch(config, run_options{}, replicas);
-  if (plan.rounds && config.sync.mode != sync_mode::async) plan.rounds->history->keep(round_history_bytes);
+  if (plan.rounds && config.sync.mode != sync_mode::async && config.train.reproducible)
+    plan.rounds->history->keep(round_history_bytes);
   set_blas_threads(plan.blas_threads);
 
   auto groups = std::make_shared<group_registry>();

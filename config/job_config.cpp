@@ -95,9 +95,6 @@ void validate_sync(const job_config& c, const std::string& where) {
     validate_async(c, where);
     return;
   }
-  if (!c.train.reproducible)
-    throw config_error(where + mode + " needs train.reproducible = true in this version (the fast mode's rounds, "
-                       "which commit the survivors of a failure, are not built yet)");
   if (s.every % s.fragments != 0)
     throw config_error(where + "sync.every = " + std::to_string(s.every) + " does not split into sync.fragments = " +
                        std::to_string(s.fragments) + " equal parts: each fragment is exchanged every sync.every inner "
@@ -162,7 +159,9 @@ void validate_job_config(const job_config& c) {
 
 bool cuts_enabled(const job_config& config) noexcept {
   const auto policy = config.straggler.policy;
-  return !config.train.reproducible && (policy == straggler_policy::cut || policy == straggler_policy::balance_cut);
+  // A round is a logical worker's H inner steps: not cut (docs/async.md).
+  return !config.train.reproducible && !config.sync.rounds() &&
+         (policy == straggler_policy::cut || policy == straggler_policy::balance_cut);
 }
 
 lr_schedule make_lr_schedule(const job_config& config, std::int64_t run_steps) {

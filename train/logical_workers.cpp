@@ -103,6 +103,11 @@ void logical_worker_store::install_first(std::size_t k) {
   written_.notify_all();
   states_.at(k) = kept{{}, false, true};
 }
+std::vector<float> logical_worker_store::first_state() const {
+  const std::lock_guard lock(mutex_);
+  if (first_round_ != 0) throw std::logic_error("a resumed store has no first round's state");
+  return initial_;
+}
 void logical_worker_store::install(std::size_t k, std::int64_t round, std::vector<float> state) {
   const std::lock_guard lock(mutex_);
   auto& w = states_.at(k);
@@ -282,6 +287,27 @@ void logical_worker_runner::replay(std::size_t k, const step_shard& shard, const
     for (float& x : v) x -= from_bf16(to_bf16(x));
   }
   keep_residual(shard.step, k, scratch);
+}
+
+}  // namespace dpactor
+
+namespace dpactor {
+
+void logical_worker_runner::restart(std::size_t k, std::int64_t round, std::vector<float> state,
+                                    std::span<const float> global) {
+  const worker_state_shape shape = setup_->state_shape(inner_->layout());
+  const std::size_t p = shape.parameters;
+  if (state.size() != shape.size() || global.size() < p)
+    throw std::logic_error("a restarted logical worker's state does not match the inner model's");
+  const auto at = [&](std::size_t i) { return state.begin() + static_cast<std::ptrdiff_t>(i); };
+  if (shape.residual) std::fill(at(shape.residual_at()), at(shape.residual_at() + p), 0.0f);
+  if (shape.own_parameters()) {
+    std::copy_n(global.begin(), p, at(shape.parameters_at()));
+    std::fill(at(shape.samples_at()), at(shape.samples_at() + shape.fragments), 0.0f);
+  } else if (shape.delayed) {
+    std::fill(at(shape.progress_at()), at(shape.progress_at() + p), 0.0f);
+  }
+  setup_->store->install(k, round, std::move(state));
 }
 
 }  // namespace dpactor

@@ -141,6 +141,8 @@ class logical_worker_store {
   // Worker k starts again from the first round's state (See Note
   // [Replaying a lost worker's rounds]: a worker with no backup).
   void install_first(std::size_t k);
+  // The first round's state of a worker (a store that was not resumed).
+  std::vector<float> first_state() const;
 
  private:
   // Rounds whose states are kept behind the newest written.
@@ -230,6 +232,12 @@ class logical_worker_runner final : public slice_work {
   // lacks the round. `scratch`: parameter_size floats.
   void replay(std::size_t k, const step_shard& shard, const dataset& train, std::span<float> scratch,
               device_progress& progress);
+  // See Note [Fast rounds across processes]: worker k, lost with its
+  // process, starts round `round` from `state` (an older state of it, or the
+  // first round's) without what is already in the global parameters: no
+  // residual, no progress, and with fragments its own parameters are
+  // `global`'s, no samples since an exchange.
+  void restart(std::size_t k, std::int64_t round, std::vector<float> state, std::span<const float> global);
   // The weight of the last run: the samples since its fragment's last
   // exchange.
   double last_weight() const noexcept override { return weight_; }

@@ -31,6 +31,25 @@
 // needs a round no longer kept, or a node that joined after the backup's
 // round, fails and the run stops with a checkpoint, saying why.
 
+//
+// Note [Fast rounds across processes]
+// In fast mode (train.reproducible = false) a lost worker is not run again:
+// no process keeps a history, and the reducer hands each worker lost with
+// its node to the node the placement gives it, with its backup (moved_workers
+// ::restart; none: the first round's state). The new node's members restart
+// it from that state without what the rounds since have already put into
+// the global parameters: its residual and progress are zero, and with
+// fragments its own parameters are the global ones just adopted (with no
+// samples since an exchange). Its inner optimizer's slots are the backup's,
+// older than the dead process's. Like every survivor, it then trains the
+// round the kill interrupted, on that round's data, so every sample is
+// still in exactly one committed round; what is not reproduced is the
+// worker's momentum (and its residual) since the backup. The issue asked
+// for the survivors to commit the round without the lost worker and for its
+// samples to go back to the epoch; training them in their own round keeps
+// the epoch's rounds and the inner schedule as planned, at the cost of the
+// interrupted round's computation, which the survivors run again anyway.
+
 #include <cstddef>
 #include <cstdint>
 #include <map>

@@ -230,14 +230,6 @@ void plan_powersgd(const job_config& config, const run_options& options, launch_
 void plan_rounds(const job_config& config, const run_options& options, int devices, launch_plan& plan) {
   const sync_config& s = config.sync;
   const std::string mode = sync_mode_name(s.mode);
-  // See Note [Worker placement]: each process holds its own workers' states,
-  // which a resume would have to send to the workers (not built yet).
-  // sync.mode = "async" hands each worker's state over with its rounds
-  // (See Note [Async rounds across processes]): it resumes across processes.
-  if (options.coordinator && !options.resume_from.empty() && s.mode != sync_mode::async)
-    throw config_error(config.source + ": sync.mode = \"" + mode + "\" across processes resumes only in one process "
-                       "in this version (each worker process would start its logical workers from the first round's "
-                       "state): resume without --coordinator, on as many devices as you like");
   if (options.torch_model)
     throw config_error("run_options::torch_model: sync.mode = \"" + mode + "\" runs on native MLP replicas only in "
                        "this version");
@@ -569,6 +561,7 @@ reducer_setup make_reducer_setup(const job_config& config, const launch_plan& pl
   rs.straggler = config.straggler;
   rs.cuts = cuts_enabled(config);
   rs.replay_lost_workers = config.train.reproducible;
+  if (plan.rounds && plan.start_step > 0) rs.resumed_workers = plan.rounds->store->read_all(plan.start_step);
   rs.min_devices = config.cluster.min_devices;
   rs.hang_timeout_s = config.cluster.hang_timeout_s;
   rs.first_step_timeout_s = config.cluster.first_step_timeout_s;

@@ -217,6 +217,24 @@ void start(reducer_ptr self) {
     initial.push_back({d.id, d.name});
   }
   st.members.emplace(std::move(initial), st.setup.membership_faults);
+  // Note [A resume across processes]
+  // A round mode resumed by a coordinator: the checkpoint's worker states
+  // are in the coordinator's store only. They are the reducer's backups,
+  // and every worker's previous node is the checkpoint, a node that is not
+  // alive: the first generation hands each worker to its node as for a
+  // worker lost with its process, with its backup and nothing to run again
+  // (the backups are at the step before the first; See Notes [Replaying a
+  // lost worker's rounds] and [Fast rounds across processes]).
+  if (st.setup.abort_remote && !st.setup.resumed_workers.empty() && st.setup.logical_workers > 0) {
+    const std::size_t size = st.setup.resumed_workers.size() / st.setup.logical_workers;
+    const auto& all = st.setup.resumed_workers;
+    for (std::size_t k = 0; k < st.setup.logical_workers; ++k)
+      st.backups.insert_or_assign(static_cast<std::uint32_t>(k),
+                                  std::pair{st.setup.book.start_step - 1,
+                                            std::vector<float>(all.begin() + static_cast<std::ptrdiff_t>(k * size),
+                                                               all.begin() + static_cast<std::ptrdiff_t>((k + 1) * size))});
+    st.worker_owner.assign(st.setup.logical_workers, "the resumed checkpoint");
+  }
   st.setup.book.bytes = [self] { return device_bytes(self->state); };
   st.book.emplace(st.setup.book, [control = st.setup.control](const event& e) {
     if (const auto* r = std::get_if<recovery_event>(&e))

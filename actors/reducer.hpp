@@ -89,6 +89,10 @@ struct reducer_setup {
   // they restart from their backups (fast mode, See Note [Fast rounds
   // across processes]).
   bool replay_lost_workers = true;
+  // Round modes, resumed: every logical worker's state at the first step,
+  // worker after worker (See Note [A resume across processes]); empty
+  // otherwise.
+  std::vector<float> resumed_workers;
 };
 
 struct reducer_state {

@@ -223,7 +223,15 @@ void place_logical_workers(reducer_state& st, reducer_state::forming_generation&
     if (m.from.empty()) continue;
     const auto k = static_cast<std::uint32_t>(m.worker);
     const auto from = node_index(m.from);
-    if (from != static_cast<std::ptrdiff_t>(nodes.size())) forming.asks[first_member(from)].push_back(k);
+    if (from != static_cast<std::ptrdiff_t>(nodes.size())) {
+      forming.asks[first_member(from)].push_back(k);
+      continue;
+    }
+    // A backup after the last committed step has nothing to run again nor
+    // to restart without: it moves as it is (a resume's, a checkpoint's
+    // at the last step).
+    const auto backup = st.backups.find(k);
+    if (backup != st.backups.end() && backup->second.first == st.book->committed()) forming.states[k] = backup->second.second;
     else if (st.setup.replay_lost_workers) forming.replays.emplace_back(k, first_member(node_index(m.to)));
     else forming.restarts.push_back(k);
   }

@@ -232,33 +232,42 @@ TEST(DistributedRounds, InFastModeAKilledProcessesWorkerRestartsFromItsBackupAnd
 }
 
 // SIGINT stops a run across processes with a checkpoint holding both
-// processes' workers; a resume of it across processes is refused, naming
-// the way that works.
-TEST(DistributedRounds, SigintLeavesACheckpointOfBothProcesses) {
+// processes' workers; a coordinator with another worker process resumes it
+// (Note [A resume across processes]) to the end, with the model and
+// optimizer bytes of one process that was never stopped.
+TEST(DistributedRounds, SigintLeavesACheckpointThatACoordinatorWithAnotherWorkerResumesToTheBytesOfOneProcess) {
   cluster job;
-  std::vector<std::string> args = {"--cpus", "1", "--wait-devices", "2", "--checkpoint-dir", (job / "ck").string()};
-  const std::vector<std::string> common = diloco({"--epochs", "20"});
+  const std::vector<std::string> common = diloco({"--epochs", "1", "--set", "train.max_steps=200"});
+  std::vector<std::string> args = {"--cpus", "1", "--wait-devices", "2", "--checkpoint-dir", (job / "ck").string(),
+                                   "--set", "train.checkpoint_every=50"};
   args.insert(args.end(), common.begin(), common.end());
   ASSERT_TRUE(job.start_coordinator(args));
   auto worker = job.start_worker("w1", 1);
-  ASSERT_TRUE(job.coordinator_says("generation 0: 2 members"));
-  ASSERT_TRUE(job.coordinator().running()) << job.coordinator().output_so_far();
+  ASSERT_TRUE(job.coordinator_says("checkpoint written"));
   job.coordinator().signal(SIGINT);
   const auto c = job.coordinator().wait(60s);
   const auto w = worker->wait(60s);
   ASSERT_EQ(c.exit_code, 130) << c.output;
   EXPECT_EQ(c.output.find("generation 1"), std::string::npos) << c.output;
-  const fs::path latest = job / "ck" / latest_in(job / "ck");
-  ASSERT_TRUE(fs::exists(latest / "workers.safetensors")) << c.output;
-  std::vector<std::string> again = {"--cpus", "1", "--wait-devices", "2", "--resume", (job / "ck").string()};
+  const std::string stopped = latest_in(job / "ck");
+  ASSERT_TRUE(fs::exists(job / "ck" / stopped / "workers.safetensors")) << c.output;
+  ASSERT_NE(stopped, "step-00000200") << "SIGINT came after the run's end: " << c.output;
+  std::vector<std::string> again = {"--cpus", "1", "--wait-devices", "2", "--resume", (job / "ck").string(),
+                                    "--checkpoint-dir", (job / "ck").string()};
   again.insert(again.end(), common.begin(), common.end());
-  const auto refused = job.run("again", [&] {
-    std::vector<std::string> a = {"--coordinator", "--model", mlp_config, "--gpus", "0", "--listen", "127.0.0.1:0"};
-    a.insert(a.end(), again.begin(), again.end());
-    return a;
-  }());
-  EXPECT_NE(refused.exit_code, 0) << refused.output;
-  EXPECT_NE(refused.output.find("resumes only in one process"), std::string::npos) << refused.output;
+  testing::coordinator_options resumed;
+  resumed.dir = "resumed";
+  ASSERT_TRUE(job.start_coordinator(again, resumed));
+  auto other = job.start_worker("w2", 1);
+  const auto [r, o] = job.finish(*other);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  std::vector<std::string> quiet = {"--model", mlp_config, "--gpus", "0", "--cpus", "2", "--checkpoint-dir",
+                                    (job / "quiet").string()};
+  quiet.insert(quiet.end(), common.begin(), common.end());
+  ASSERT_EQ(job.run("quiet", quiet).exit_code, 0);
+  testing::expect_same_state(job / "ck" / "step-00000200", job / "quiet" / "step-00000200",
+                             "the run stopped and resumed across processes, and one never stopped");
 }
 
 }  // namespace

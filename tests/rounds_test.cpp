@@ -139,7 +139,7 @@ TEST(LogicalWorkerStore, AMovedWorkerIsInstalledOnceAndNeverOverANewerRound) {
 // progress, and with fragments its own parameters are the global ones and
 // no samples since an exchange; its optimizer's slots and step counter stay.
 TEST(LogicalWorkerRunner, ARestartedWorkerKeepsItsSlotsAndDropsWhatTheGlobalParametersHold) {
-  const mlp_spec spec{{3, 2}};  // 8 parameters
+  const mlp_spec spec{{3, 2}};
   for (const bool fragments : {false, true}) {
     auto setup = std::make_shared<round_setup>();
     setup->codec = sync_codec::int8;
@@ -150,20 +150,21 @@ TEST(LogicalWorkerRunner, ARestartedWorkerKeepsItsSlotsAndDropsWhatTheGlobalPara
     setup->parameters = shape.parameters;
     setup->store = std::make_shared<logical_worker_store>(2, std::vector<float>(shape.size(), 0.0f));
     logical_worker_runner runner(std::move(inner), setup);
-    const std::vector<float> global(8, 2.0f);
+    const std::size_t p = shape.parameters;
+    const std::vector<float> global(p, 2.0f);
     runner.restart(1, 7, std::vector<float>(shape.size(), 1.0f), global);
     const std::vector<float> state = setup->store->read(1, 7);
     ASSERT_EQ(state.size(), shape.size());
     const auto at = [&](std::size_t i) { return state.begin() + static_cast<std::ptrdiff_t>(i); };
     EXPECT_TRUE(std::all_of(state.begin(), at(shape.kept), [](float x) { return x == 1.0f; })) << "the slots and tail";
-    EXPECT_TRUE(std::all_of(at(shape.residual_at()), at(shape.residual_at() + 8), [](float x) { return x == 0.0f; }))
+    EXPECT_TRUE(std::all_of(at(shape.residual_at()), at(shape.residual_at() + p), [](float x) { return x == 0.0f; }))
         << "the residual";
     if (fragments) {
-      EXPECT_TRUE(std::all_of(at(shape.parameters_at()), at(shape.parameters_at() + 8), [](float x) { return x == 2.0f; }))
+      EXPECT_TRUE(std::all_of(at(shape.parameters_at()), at(shape.parameters_at() + p), [](float x) { return x == 2.0f; }))
           << "its own parameters";
       EXPECT_TRUE(std::all_of(at(shape.samples_at()), state.end(), [](float x) { return x == 0.0f; })) << "the samples";
     } else {
-      EXPECT_TRUE(std::all_of(at(shape.progress_at()), at(shape.progress_at() + 8), [](float x) { return x == 0.0f; }))
+      EXPECT_TRUE(std::all_of(at(shape.progress_at()), at(shape.progress_at() + p), [](float x) { return x == 0.0f; }))
           << "the progress";
     }
   }

@@ -195,8 +195,7 @@ namespace {
 // between live nodes (See Note [Moving logical workers]) and what is run
 // again for a node that is gone (See Note [Replaying a lost worker's
 // rounds]) go into `forming`.
-void place_logical_workers(reducer_state& st, reducer_state::forming_generation& forming,
-                                  const std::string& reason) {
+void place_logical_workers(reducer_state& st, reducer_state::forming_generation& forming) {
   std::vector<placement_node> nodes;
   st.plan.member_node.clear();
   for (const device_actor& a : st.plan.members) {
@@ -428,7 +427,7 @@ void form_generation(reducer_ptr self, std::int32_t state_source) {
     f.event.actor_ids.push_back(h.actor.id());
   }
   st.plan.state_source = state_source;
-  if (st.setup.logical_workers > 0 && !st.plan.members.empty()) place_logical_workers(st, f, reason);
+  if (st.setup.logical_workers > 0 && !st.plan.members.empty()) place_logical_workers(st, f);
   if (f.asks.empty() && f.replays.empty()) {
     start_generation(self);
     return;

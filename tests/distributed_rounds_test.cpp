@@ -134,6 +134,45 @@ TEST(DistributedRounds, StreamingOverTcpTrainsEverySampleOnceAndTheBytesOfOnePro
   EXPECT_TRUE(evidence.first_step_of("w1/cpu:0").has_value()) << "the worker reported nothing it trained";
 }
 
+// A coordinator and w1 and w2, one device each, train `common` into ck/
+// (a checkpoint every 50 rounds, the devices' records into m.jsonl) while
+// w1 kills itself with -9 after round 120 and a fourth process, late,
+// joins once training has started; then one process with two devices
+// trains `common` into quiet/. Checks the exit codes and that every sample
+// of the epoch was trained once by the devices' own records, the
+// newcomer's included. Returns the coordinator's output and the quiet
+// run's.
+std::pair<std::string, std::string> kill_and_join(cluster& job, const std::vector<std::string>& common) {
+  std::vector<std::string> args = {"--cpus", "1", "--wait-devices", "3", "--checkpoint-dir", (job / "ck").string(),
+                                   "--set", "train.checkpoint_every=50", "--inject", "kill:1@120",
+                                   "--set", "train.record_trained=true", "--metrics", (job / "m.jsonl").string()};
+  args.insert(args.end(), common.begin(), common.end());
+  if (!job.start_coordinator(args)) {
+    ADD_FAILURE() << "the coordinator did not start";
+    return {};
+  }
+  auto w1 = job.start_worker("w1", 1);
+  EXPECT_TRUE(job.coordinator_says("node w1 joined"));  // device 1
+  auto w2 = job.start_worker("w2", 1);
+  EXPECT_TRUE(job.coordinator_says("generation 0: 3 members"));
+  auto late = job.start_worker("late", 1);
+  const auto [c, one, two, l] = job.finish(*w1, *w2, *late);
+  EXPECT_NE(one.exit_code, 0) << one.output;
+  EXPECT_EQ(c.exit_code, 0) << c.output;
+  EXPECT_EQ(two.exit_code, 0) << two.output;
+  EXPECT_EQ(l.exit_code, 0) << l.output;
+  testing::trained_evidence evidence;
+  evidence.record_metrics(job / "m.jsonl");
+  EXPECT_EQ(evidence.check(60000, 1), "");
+  EXPECT_TRUE(evidence.first_step_of("late/cpu:0").has_value()) << "the newcomer trained nothing";
+  std::vector<std::string> quiet = {"--model", mlp_config, "--gpus", "0", "--cpus", "2", "--checkpoint-dir",
+                                    (job / "quiet").string()};
+  quiet.insert(quiet.end(), common.begin(), common.end());
+  const auto q = job.run("quiet", quiet);
+  EXPECT_EQ(q.exit_code, 0) << q.output;
+  return {c.output, q.output};
+}
+
 // A worker process killed with -9 (kill:1@120: w1's, right after round
 // 120's exchange, with round 121 about to run on the others) takes its
 // logical worker's state after round 120 with it; meanwhile a fourth
@@ -147,41 +186,19 @@ TEST(DistributedRounds, StreamingOverTcpTrainsEverySampleOnceAndTheBytesOfOnePro
 TEST(DistributedRounds, AKilledProcessesWorkerIsRunAgainAndAJoinTakesOneWithItsStateToTheBytesOfOneProcess) {
   cluster job;
   const std::vector<std::string> common = diloco({"--epochs", "1", "--set", "sync.workers=4"});
-  std::vector<std::string> args = {"--cpus", "1", "--wait-devices", "3", "--checkpoint-dir", (job / "ck").string(),
-                                   "--set", "train.checkpoint_every=50", "--inject", "kill:1@120",
-                                   "--set", "train.record_trained=true", "--metrics", (job / "m.jsonl").string()};
-  args.insert(args.end(), common.begin(), common.end());
-  ASSERT_TRUE(job.start_coordinator(args));
-  auto w1 = job.start_worker("w1", 1);
-  ASSERT_TRUE(job.coordinator_says("node w1 joined"));  // device 1
-  auto w2 = job.start_worker("w2", 1);
-  ASSERT_TRUE(job.coordinator_says("generation 0: 3 members"));
-  auto late = job.start_worker("late", 1);
-  const auto [c, one, two, l] = job.finish(*w1, *w2, *late);
-  EXPECT_NE(one.exit_code, 0) << one.output;
-  ASSERT_EQ(c.exit_code, 0) << c.output;
-  EXPECT_EQ(two.exit_code, 0) << two.output;
-  EXPECT_EQ(l.exit_code, 0) << l.output;
-  EXPECT_NE(c.output.find("lost with its process, runs its steps 101 to 120 again"), std::string::npos) << c.output;
+  const auto [c, q] = kill_and_join(job, common);
+  if (HasFailure()) return;
+  EXPECT_NE(c.find("lost with its process, runs its steps 101 to 120 again"), std::string::npos) << c;
   std::smatch moved;
-  ASSERT_TRUE(std::regex_search(c.output, moved, std::regex("logical workers ([0-9, ]+) move to another process with "
-                                                            "their states \\(([0-9.]+) MB\\)")))
-      << c.output;
+  ASSERT_TRUE(std::regex_search(c, moved, std::regex("logical workers ([0-9, ]+) move to another process with "
+                                                     "their states \\(([0-9.]+) MB\\)")))
+      << c;
   // A worker's state here: the inner SGD's momentum, the int8 residual and
   // the delay's progress, a float a parameter each (235,146), plus a few;
   // from the coordinator straight to the newcomer, or through it from a
   // worker process.
   const double mb = std::stod(moved[2].str()), state_mb = 3 * 235146 * 4 / 1e6;
-  EXPECT_TRUE(std::abs(mb - state_mb) < 0.05 || std::abs(mb - 2 * state_mb) < 0.05) << c.output;
-  testing::trained_evidence evidence;
-  evidence.record_metrics(job / "m.jsonl");
-  EXPECT_EQ(evidence.check(60000, 1), "");
-  EXPECT_TRUE(evidence.first_step_of("late/cpu:0").has_value()) << "the newcomer trained nothing";
-  std::vector<std::string> quiet = {"--model", mlp_config, "--gpus", "0", "--cpus", "2", "--checkpoint-dir",
-                                    (job / "quiet").string()};
-  quiet.insert(quiet.end(), common.begin(), common.end());
-  const auto q = job.run("quiet", quiet);
-  ASSERT_EQ(q.exit_code, 0) << q.output;
+  EXPECT_TRUE(std::abs(mb - state_mb) < 0.05 || std::abs(mb - 2 * state_mb) < 0.05) << c;
   const std::string last = latest_in(job / "quiet");
   testing::expect_same_state(job / "ck" / last, job / "quiet" / last, "the run with a kill and a join, a quiet one");
 }
@@ -196,38 +213,16 @@ TEST(DistributedRounds, InFastModeAKilledProcessesWorkerRestartsFromItsBackupAnd
   cluster job;
   const std::vector<std::string> common =
       diloco({"--epochs", "1", "--set", "sync.workers=4", "--set", "train.reproducible=false"});
-  std::vector<std::string> args = {"--cpus", "1", "--wait-devices", "3", "--checkpoint-dir", (job / "ck").string(),
-                                   "--set", "train.checkpoint_every=50", "--inject", "kill:1@120",
-                                   "--set", "train.record_trained=true", "--metrics", (job / "m.jsonl").string()};
-  args.insert(args.end(), common.begin(), common.end());
-  ASSERT_TRUE(job.start_coordinator(args));
-  auto w1 = job.start_worker("w1", 1);
-  ASSERT_TRUE(job.coordinator_says("node w1 joined"));  // device 1
-  auto w2 = job.start_worker("w2", 1);
-  ASSERT_TRUE(job.coordinator_says("generation 0: 3 members"));
-  auto late = job.start_worker("late", 1);
-  const auto [c, one, two, l] = job.finish(*w1, *w2, *late);
-  EXPECT_NE(one.exit_code, 0) << one.output;
-  ASSERT_EQ(c.exit_code, 0) << c.output;
-  EXPECT_EQ(two.exit_code, 0) << two.output;
-  EXPECT_EQ(l.exit_code, 0) << l.output;
-  EXPECT_NE(c.output.find("lost with its process, restarts from its state after step 100 (fast mode)"),
+  const auto [c, q] = kill_and_join(job, common);
+  if (HasFailure()) return;
+  EXPECT_NE(c.find("lost with its process, restarts from its state after step 100 (fast mode)"),
             std::string::npos)
-      << c.output;
-  EXPECT_NE(c.output.find("late/cpu:0"), std::string::npos) << c.output;
-  testing::trained_evidence evidence;
-  evidence.record_metrics(job / "m.jsonl");
-  EXPECT_EQ(evidence.check(60000, 1), "");
-  EXPECT_TRUE(evidence.first_step_of("late/cpu:0").has_value()) << "the newcomer trained nothing";
-  std::vector<std::string> quiet = {"--model", mlp_config, "--gpus", "0", "--cpus", "2", "--checkpoint-dir",
-                                    (job / "quiet").string()};
-  quiet.insert(quiet.end(), common.begin(), common.end());
-  const auto q = job.run("quiet", quiet);
-  ASSERT_EQ(q.exit_code, 0) << q.output;
+      << c;
+  EXPECT_NE(c.find("late/cpu:0"), std::string::npos) << c;
   std::smatch a, b;
   const std::regex accuracy("test accuracy ([0-9.]+)");
-  ASSERT_TRUE(std::regex_search(c.output, a, accuracy)) << c.output;
-  ASSERT_TRUE(std::regex_search(q.output, b, accuracy)) << q.output;
+  ASSERT_TRUE(std::regex_search(c, a, accuracy)) << c;
+  ASSERT_TRUE(std::regex_search(q, b, accuracy)) << q;
   EXPECT_NEAR(std::stod(a[1].str()), std::stod(b[1].str()), 0.005) << "the run with a kill and a join, a quiet one";
 }
 

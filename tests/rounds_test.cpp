@@ -864,16 +864,23 @@ TEST(RoundsResume, AResumeFromAMidEpochCheckpointOnOneDeviceEndsWithTheBytesOfTh
   EXPECT_NE(message.find("sync.delay = 0, this config has sync.delay = 1"), std::string::npos) << message;
 }
 
-// Every sample once, by the devices' own account (trained events, not the
-// ledger): a round's samples count when it commits, and a round that a
-// failure interrupts is run again from its start, so none is trained twice.
-TEST(RoundsFaults, EverySampleOnceWithAFailureAHangAJoinAndALeaveMidRun) {
-  // 16 steps of 64 an epoch: with H = 4, four rounds an epoch, twelve in all.
+// diloco on 3 devices, 4 workers, H = 4, through a failure, a join, a hang
+// and a leave (hang timeout 0.5 s).
+job_config diloco_through_faults() {
   job_config c = testing::faulty_job(3, {"fail:1@3", "join:cpu@5", "hang:2@7", "leave:0@10"}, testing::replica_kind::mlp);
   c.sync.mode = sync_mode::diloco;
   c.sync.workers = 4;
   c.sync.every = 4;
   c.cluster.hang_timeout_s = 0.5;
+  return c;
+}
+
+// Every sample once, by the devices' own account (trained events, not the
+// ledger): a round's samples count when it commits, and a round that a
+// failure interrupts is run again from its start, so none is trained twice.
+TEST(RoundsFaults, EverySampleOnceWithAFailureAHangAJoinAndALeaveMidRun) {
+  // 16 steps of 64 an epoch: with H = 4, four rounds an epoch, twelve in all.
+  job_config c = diloco_through_faults();
   const testing::recorded_run faulty = testing::run_recorded(c);
   EXPECT_EQ(faulty.summary.steps, 12);
   EXPECT_GE(faulty.summary.membership_changes, 4);
@@ -895,11 +902,7 @@ TEST(RoundsFaults, EverySampleOnceWithAFailureAHangAJoinAndALeaveMidRun) {
 // hang, a join and a leave lose nothing; with two BLAS threads a replica
 // (reproducible mode pins one), every sample once.
 TEST(RoundsFaults, InFastModeEverySampleOnceWithAFailureAHangAJoinAndALeave) {
-  job_config c = testing::faulty_job(3, {"fail:1@3", "join:cpu@5", "hang:2@7", "leave:0@10"}, testing::replica_kind::mlp);
-  c.sync.mode = sync_mode::diloco;
-  c.sync.workers = 4;
-  c.sync.every = 4;
-  c.cluster.hang_timeout_s = 0.5;
+  job_config c = diloco_through_faults();
   c.train.reproducible = false;
   c.cluster.blas_threads = 2;
   const testing::recorded_run fast = testing::run_recorded(c);

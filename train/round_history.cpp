@@ -14,33 +14,18 @@ void round_history::keep(std::size_t max_bytes) {
   trim();
 }
 
-void round_history::record_start(std::int64_t round, std::span<const float> parameters) {
+void round_history::record(rounds& into, std::int64_t round, std::span<const float> values) {
   const std::lock_guard lock(mutex_);
-  if (max_bytes_ == 0 || starts_.count(round)) return;
-  starts_.emplace(round, std::vector<float>(parameters.begin(), parameters.end()));
-  bytes_ += parameters.size() * sizeof(float);
+  if (max_bytes_ == 0 || into.count(round)) return;
+  into.emplace(round, std::vector<float>(values.begin(), values.end()));
+  bytes_ += values.size() * sizeof(float);
   trim();
 }
 
-void round_history::record_maxima(std::int64_t round, std::span<const float> maxima) {
+std::optional<std::vector<float>> round_history::find(const rounds& in, std::int64_t round) const {
   const std::lock_guard lock(mutex_);
-  if (max_bytes_ == 0 || maxima_.count(round)) return;
-  maxima_.emplace(round, std::vector<float>(maxima.begin(), maxima.end()));
-  bytes_ += maxima.size() * sizeof(float);
-  trim();
-}
-
-std::optional<std::vector<float>> round_history::start(std::int64_t round) const {
-  const std::lock_guard lock(mutex_);
-  const auto it = starts_.find(round);
-  if (it == starts_.end()) return std::nullopt;
-  return it->second;
-}
-
-std::optional<std::vector<float>> round_history::maxima(std::int64_t round) const {
-  const std::lock_guard lock(mutex_);
-  const auto it = maxima_.find(round);
-  if (it == maxima_.end()) return std::nullopt;
+  const auto it = in.find(round);
+  if (it == in.end()) return std::nullopt;
   return it->second;
 }
 

@@ -69,11 +69,11 @@ class round_history {
 
   // Round `round` started from the global `parameters` (every device's, and
   // a round run again's, are the same bytes: the first is kept).
-  void record_start(std::int64_t round, std::span<const float> parameters);
+  void record_start(std::int64_t round, std::span<const float> parameters) { record(starts_, round, parameters); }
   // Round `round`'s block maxima of every worker (the int8 codec's).
-  void record_maxima(std::int64_t round, std::span<const float> maxima);
-  std::optional<std::vector<float>> start(std::int64_t round) const;
-  std::optional<std::vector<float>> maxima(std::int64_t round) const;
+  void record_maxima(std::int64_t round, std::span<const float> maxima) { record(maxima_, round, maxima); }
+  std::optional<std::vector<float>> start(std::int64_t round) const { return find(starts_, round); }
+  std::optional<std::vector<float>> maxima(std::int64_t round) const { return find(maxima_, round); }
   // A checkpoint after step `step` was asked for: the rounds up to the
   // checkpoint asked for before it are no longer needed (if this one does
   // not complete, the backups are the one before's).
@@ -81,10 +81,13 @@ class round_history {
   std::size_t bytes() const;
 
  private:
+  using rounds = std::map<std::int64_t, std::vector<float>>;
+  void record(rounds& into, std::int64_t round, std::span<const float> values);
+  std::optional<std::vector<float>> find(const rounds& in, std::int64_t round) const;
   void trim();  // under mutex_
   mutable std::mutex mutex_;
   std::size_t max_bytes_ = 0;
-  std::map<std::int64_t, std::vector<float>> starts_, maxima_;
+  rounds starts_, maxima_;
   std::size_t bytes_ = 0;
   std::int64_t asked_ = -1;  // the last checkpoint asked for
 };

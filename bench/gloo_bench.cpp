@@ -1,11 +1,19 @@
 // The gloo backend's all-reduce across processes against the local backend's
 // across threads, side by side in one run (not a timed test).
 //   gloo_bench [--floats N] [--calls K] [--ranks P] [--pin] [--step [--separate]]
+//   gloo_bench --form P [--repeats R]
 // The processes run twice: Gloo's TCP on 127.0.0.1 for every pair, then
 // shared memory between them (See Note [Same-machine ranks share memory]).
 // Prints the median, p10 and p90 of each; N defaults to the default MLP's
 // gradient size (784-256-128-10: 235,146 floats). --pin puts rank r on CPU r
 // (unpinned, measured 2-4x noisier).
+// --form times forming a group of P processes (issue 35): from the moment P
+// processes already started are told to go to the moment the last of them
+// has its group and has finished a first small call, for Gloo's own full mesh
+// (gloo::rendezvous::Context::connectFullMesh and an all-reduce of one float,
+// what PyTorch's Gloo process group does) and for dpactor's group over TCP and
+// over shared memory (its first call, a broadcast of one float, connects).
+// Every form uses a directory store; medians of R runs.
 
 #include <sched.h>
 #include <sys/wait.h>
@@ -21,7 +29,13 @@
 #include <thread>
 #include <vector>
 
+#include <gloo/allreduce_ring.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/file_store.h>
+
 #include "comms/gloo.hpp"
+#include "comms/gloo_process.hpp"
+#include "comms/rendezvous_store.hpp"
 #include "comms/local.hpp"
 #include "comms/summation_tree.hpp"
 
@@ -87,6 +101,95 @@ void print(const char* what, int ranks, std::size_t floats, const stats& s) {
   std::printf("%-34s %d ranks, %zu floats: median %.3f ms  p10 %.3f  p90 %.3f\n", what, ranks, floats, s.median, s.p10, s.p90);
 }
 
+enum class form { gloo_mesh, dpactor_tcp, dpactor_shm };
+
+// One rank's forming, in a child process; what it returns holds the group
+// (its pairs close when it goes).
+std::shared_ptr<void> form_group(form f, const std::filesystem::path& dir, int rank, int ranks) {
+  if (f == form::gloo_mesh) {
+    gloo::rendezvous::FileStore store(dir.string());
+    auto device = gloo_tcp_device("127.0.0.1");
+    auto context = std::make_shared<gloo::rendezvous::Context>(rank, ranks);
+    context->setTimeout(std::chrono::seconds(60));
+    context->connectFullMesh(store, device);
+    float one = 1.0f;
+    gloo::AllreduceRing<float>(context, {&one}, 1).run();
+    return context;
+  }
+  gloo_group_options o;
+  o.prefix = "form";
+  o.shared_memory = f == form::dpactor_shm;
+  o.rendezvous_timeout = std::chrono::seconds(60);
+  auto group = make_gloo_group(make_directory_store(dir), ranks, o);
+  auto c = group->endpoint(rank);
+  float one = 1.0f;
+  collective_options call;
+  call.timeout = std::chrono::seconds(60);
+  c->broadcast({&one, 1}, 0, call);
+  return std::make_shared<std::pair<std::shared_ptr<collective_group>, std::unique_ptr<collective>>>(group,
+                                                                                                      std::move(c));
+}
+
+// Seconds from "go" to the last of `ranks` processes formed, or -1.
+double time_forming(form f, int ranks) {
+  const auto dir = std::filesystem::temp_directory_path() / ("dpactor-gloo-form-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  int go[2], done[2], release[2];
+  if (::pipe(go) != 0 || ::pipe(done) != 0 || ::pipe(release) != 0) return -1;
+  std::vector<pid_t> children;
+  for (int r = 0; r < ranks; ++r) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      char b = 0;
+      if (::read(go[0], &b, 1) != 1) ::_exit(1);
+      const auto held = form_group(f, dir, r, ranks);
+      b = 1;
+      if (::write(done[1], &b, 1) != 1) ::_exit(1);
+      // Stay until every rank is done: a rank that leaves closes its pairs.
+      if (::read(release[0], &b, 1) != 1) ::_exit(1);
+      ::_exit(0);
+    }
+    children.push_back(pid);
+  }
+  ::close(done[1]);  // a child that dies early ends the reads below
+  std::this_thread::sleep_for(std::chrono::milliseconds(200 + 10 * ranks));  // every child waiting
+  const std::vector<char> bytes(static_cast<std::size_t>(ranks), 0);
+  const auto start = clock_type::now();
+  if (::write(go[1], bytes.data(), bytes.size()) != ranks) return -1;
+  int formed = 0;
+  for (char b = 0; formed < ranks && ::read(done[0], &b, 1) == 1;) ++formed;
+  const double s = std::chrono::duration<double>(clock_type::now() - start).count();
+  if (::write(release[1], bytes.data(), bytes.size()) != ranks) return -1;
+  for (const pid_t pid : children) ::waitpid(pid, nullptr, 0);
+  for (int fd : {go[0], go[1], done[0], release[0], release[1]}) ::close(fd);
+  std::filesystem::remove_all(dir);
+  return formed == ranks ? s : -1;
+}
+
+int form_main(int ranks, int repeats) {
+  const std::pair<form, const char*> forms[] = {{form::gloo_mesh, "gloo connectFullMesh + all-reduce"},
+                                                {form::dpactor_tcp, "dpactor group, TCP"},
+                                                {form::dpactor_shm, "dpactor group, shared memory"}};
+  std::vector<std::vector<double>> runs(std::size(forms));
+  for (int i = 0; i < repeats; ++i)  // alternated
+    for (std::size_t k = 0; k < std::size(forms); ++k) {
+      const double s = time_forming(forms[k].first, ranks);
+      if (s < 0) {
+        std::fprintf(stderr, "gloo_bench: forming %s with %d processes failed\n", forms[k].second, ranks);
+        return 1;
+      }
+      runs[k].push_back(s);
+    }
+  for (std::size_t k = 0; k < std::size(forms); ++k) {
+    std::vector<double> v = runs[k];
+    std::sort(v.begin(), v.end());
+    std::printf("%-34s %d processes: median %.3f s  (min %.3f, max %.3f, %d runs)\n", forms[k].second, ranks,
+                v[v.size() / 2], v.front(), v.back(), repeats);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -96,6 +199,8 @@ int main(int argc, char** argv) {
   bool pinned = false;
   bool step = false;
   bool separate = false;
+  int form_ranks = 0;
+  int repeats = 3;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--floats" && i + 1 < argc) floats = std::stoul(argv[++i]);
@@ -104,11 +209,15 @@ int main(int argc, char** argv) {
     else if (a == "--pin") pinned = true;
     else if (a == "--step") step = true;
     else if (a == "--separate") separate = true;
+    else if (a == "--form" && i + 1 < argc) form_ranks = std::stoi(argv[++i]);
+    else if (a == "--repeats" && i + 1 < argc) repeats = std::stoi(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: gloo_bench [--floats N] [--calls K] [--ranks P] [--pin] [--step [--separate]]\n");
+      std::fprintf(stderr, "usage: gloo_bench [--floats N] [--calls K] [--ranks P] [--pin] [--step [--separate]]\n"
+                           "       gloo_bench --form P [--repeats R]\n");
       return 64;
     }
   }
+  if (form_ranks > 0) return form_main(form_ranks, repeats);
   // Processes first (fork before this process has any thread).
   const auto processes = [&](bool shared_memory) -> std::optional<stats> {
     const auto dir = std::filesystem::temp_directory_path() / ("dpactor-gloo-bench-" + std::to_string(::getpid()));

@@ -21,10 +21,17 @@ measures:
 
     scripts/build && bench/many_processes_bench.py --workers 32,64 --kill 8 --repeats 1
 
+With --floor, it also times what forming the next generation's group costs
+any Gloo user on this machine: Gloo's own full mesh of that many idle
+processes (build/bin/gloo_bench --form), the new group's size after the
+kills and after the joins. With --svg PATH, it plots the next generation's
+times (medians) and the floor against the worker count.
+
 One line per (N, transport, case); a run that fails says why and goes on.
 """
 import argparse
 import json
+import math
 import os
 import re
 import shutil
@@ -237,6 +244,51 @@ def one_run(dpactor, workers, shm, case, kill, steps_per_epoch, epochs, rendezvo
         return result
 
 
+def gloo_floor(gloo_bench, processes, repeats):
+    """Median seconds for Gloo's own connectFullMesh (and a first call) of
+    `processes` idle processes (gloo_bench --form), or None."""
+    proc = subprocess.run([gloo_bench, "--form", str(processes), "--repeats", str(repeats)],
+                          capture_output=True, text=True)
+    m = re.search(r"gloo connectFullMesh.*median ([0-9.]+) s", proc.stdout)
+    return float(m.group(1)) if m else None
+
+
+def svg(series, bounds, path):
+    """series: {name: [(workers, seconds)]}, a dashed line where the name
+    says "Gloo"; bounds: {label: seconds}, drawn as grey lines."""
+    w, h, left, bottom = 640, 400, 60, 50
+    xs = sorted({x for pts in series.values() for x, _ in pts})
+    ys = [y for pts in series.values() for _, y in pts] + list(bounds.values())
+    y1 = math.ceil(max(ys))
+    px = lambda x: left + (math.log2(x) - math.log2(xs[0])) / max(1e-9, math.log2(xs[-1]) - math.log2(xs[0])) * (w - left - 200)
+    py = lambda y: h - bottom - y / y1 * (h - bottom - 20)
+    colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#000000"]
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">',
+           f'<rect width="{w}" height="{h}" fill="white"/>',
+           f'<line x1="{left}" y1="{h - bottom}" x2="{w - 190}" y2="{h - bottom}" stroke="black"/>',
+           f'<line x1="{left}" y1="20" x2="{left}" y2="{h - bottom}" stroke="black"/>',
+           f'<text x="{(left + w - 190) / 2}" y="{h - 10}" text-anchor="middle">worker processes (2 cores)</text>',
+           f'<text x="15" y="{h / 2}" transform="rotate(-90 15 {h / 2})" text-anchor="middle">'
+           'seconds to the next generation\'s first step</text>']
+    for x in xs:
+        out.append(f'<text x="{px(x):.0f}" y="{h - bottom + 15}" text-anchor="middle">{x}</text>')
+    for i in range(y1 + 1):
+        out.append(f'<text x="{left - 5}" y="{py(i) + 4:.0f}" text-anchor="end">{i}</text>')
+    for label, y in bounds.items():
+        out.append(f'<line x1="{left}" y1="{py(y):.1f}" x2="{w - 190}" y2="{py(y):.1f}" stroke="#999999"/>')
+        out.append(f'<text x="{w - 185}" y="{py(y) + 4:.1f}" fill="#999999">{label}</text>')
+    for i, (name, pts) in enumerate(series.items()):
+        color = colors[i % len(colors)]
+        dash = ' stroke-dasharray="6 4"' if "Gloo" in name else ""
+        line = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in sorted(pts))
+        out.append(f'<polyline points="{line}" fill="none" stroke="{color}" stroke-width="2"{dash}/>')
+        out.extend(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{color}"/>' for x, y in pts)
+        out.append(f'<text x="{w - 185}" y="{40 + 16 * i}" fill="{color}">{name}</text>')
+    out.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dpactor", default=os.path.join(ROOT, "build/bin/dpactor"))
@@ -250,7 +302,12 @@ def main():
     p.add_argument("--rendezvous-timeout", type=float, default=10.0,
                    help="cluster.rendezvous_timeout_s (the default 10 s is too short for 65 processes on 2 cores)")
     p.add_argument("--keep", metavar="DIR", help="keep each run's coordinator output, metrics and figures in DIR")
+    p.add_argument("--floor", action="store_true",
+                   help="also time Gloo's own full mesh of the next generation's size (build/bin/gloo_bench --form)")
+    p.add_argument("--gloo-bench", default=os.path.join(ROOT, "build/bin/gloo_bench"))
+    p.add_argument("--svg", metavar="PATH", help="plot the next generation's times against the worker count")
     a = p.parse_args()
+    series = {}
     print("| workers | transport | case | first step (s) | coordinator CPU ms/step | step ms | next generation (s) "
           "| every sample once |")
     print("| ---: | --- | --- | ---: | ---: | ---: | ---: | --- |")
@@ -271,6 +328,20 @@ def main():
                       f"{med('step_ms')} | {med('next_generation_s')} | {', '.join(once)}"
                       f"{' (' + str(len(errors)) + ' failed: ' + errors[0][:200] + ')' if errors else ''} |",
                       flush=True)
+                if med("next_generation_s") != "-":
+                    what = "killed" if case == "kill" else "joined"
+                    series.setdefault(f"{a.kill} {what}, {transport}", []).append(
+                        (workers, float(med("next_generation_s"))))
+        if a.floor:
+            for case in [c for c in a.cases.split(",") if c in ("kill", "join")]:
+                processes = workers + 1 + (a.kill if case == "join" else -a.kill)
+                s = gloo_floor(a.gloo_bench, processes, a.repeats)
+                print(f"| {workers} | Gloo's own full mesh of {processes} idle processes ({case}) | | | | | "
+                      f"{'-' if s is None else f'{s:.3f}'} | |", flush=True)
+                if s is not None:
+                    series.setdefault(f"Gloo mesh alone, {case}", []).append((workers, s))
+    if a.svg and series:
+        svg(series, {"1 s (8 killed)": 1.0, "2 s (8 joined)": 2.0}, a.svg)
 
 
 if __name__ == "__main__":

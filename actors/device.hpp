@@ -123,6 +123,7 @@ struct computed_step {
   std::uint64_t carried = 0;  // the state's checksum carried into the step
   std::int64_t counter = 0;   // the optimizer steps before it
   step_runner* runner = nullptr;
+  bool recorded = false;      // its trained record went out before the exchange
 };
 
 // A round's exchange running on a thread of its own while the next round

@@ -8,7 +8,8 @@ step, one slice each in reproducible mode) over Gloo, through shared memory
 measures:
 
   - the time from starting the processes to the first committed step;
-  - the coordinator's CPU time per step (user + system, /proc), quiet;
+  - the coordinator's CPU time per step (user + system, /proc), quiet, and
+    that of the average process (the coordinator and the workers);
   - with K workers killed with -9 at once: the time from the kill to the
     first step committed by the next generation (as its record appears in
     the coordinator's metrics file, watched every 5 ms);
@@ -20,6 +21,12 @@ measures:
     per epoch against the training set (count and digest).
 
     scripts/build && bench/many_processes_bench.py --workers 32,64 --kill 8 --repeats 1
+
+With --keep DIR, each run's coordinator log is kept at --log-level debug,
+and `--phases-of DIR` prints, from those logs, the medians of when each
+phase of a recovery or a join ended after the kill or the start of the new
+processes (the fault noticed, every survivor suspended, the next generation
+announced, its group formed and the state adopted, its first step).
 
 With --floor, it also times what forming the next generation's group costs
 any Gloo user on this machine: Gloo's own full mesh of that many idle
@@ -198,11 +205,15 @@ def one_run(dpactor, workers, shm, case, kill, steps_per_epoch, epochs, rendezvo
             if case == "quiet":
                 time.sleep(0.5)
                 w.poll()
+                everyone = [coord] + procs
                 cpu0, t0, n0 = cpu_seconds(coord.pid), time.time(), len(w.steps)
+                all0 = sum(cpu_seconds(p.pid) for p in everyone)
                 time.sleep(3.0)
                 w.poll()
                 cpu1, n1 = cpu_seconds(coord.pid), len(w.steps)
+                all1 = sum(cpu_seconds(p.pid) for p in everyone)
                 result["coordinator_ms_per_step"] = 1e3 * (cpu1 - cpu0) / max(1, n1 - n0)
+                result["process_ms_per_step"] = 1e3 * (all1 - all0) / max(1, n1 - n0) / len(everyone)
                 result["step_ms"] = 1e3 * (time.time() - t0) / max(1, n1 - n0)
             else:
                 time.sleep(1.0)
@@ -242,6 +253,53 @@ def one_run(dpactor, workers, shm, case, kill, steps_per_epoch, epochs, rendezvo
                 with open(os.path.join(keep, name + ".json"), "w") as f:
                     json.dump(result, f)
         return result
+
+
+def phases_of(keep):
+    """Medians, per (workers, transport, case), of the seconds after the kill
+    (or the new processes' start) at which each phase ended, read from the
+    kept coordinator logs (their clock is UTC, to the millisecond)."""
+    import datetime
+    import glob
+    rows = {}
+    for path in sorted(glob.glob(os.path.join(keep, "*.json"))):
+        r = json.load(open(path))
+        if "event_at" not in r or not r.get("next_generation_s"):
+            continue
+        workers, transport, case, _ = os.path.basename(path)[:-5].split("-")
+        at = datetime.datetime.fromtimestamp(r["event_at"], datetime.timezone.utc)
+        t0 = at.hour * 3600 + at.minute * 60 + at.second + at.microsecond / 1e6
+        ev = {}
+        for line in open(path[:-5] + ".out", errors="replace"):
+            m = re.match(r"dpactor: (\d\d):(\d\d):(\d\d\.\d+) \w+: (.*)", line)
+            if not m:
+                continue
+            t = int(m.group(1)) * 3600 + int(m.group(2)) * 60 + float(m.group(3)) - t0
+            msg = m.group(4)
+            if t < -0.5:
+                continue
+            if case == "kill" and "removed: exited" in msg:
+                ev.setdefault("noticed", t)
+            if msg.startswith("node late") and "joined with" in msg:
+                ev.setdefault("first joined", t)
+                ev["last joined"] = t
+            if "every member suspended or gone" in msg:
+                ev.setdefault("suspended", t)
+            if re.match(r"generation [1-9]\d* from step", msg):
+                ev.setdefault("announced", t)
+            if re.search(r"generation [1-9]\d* formed and its state adopted", msg):
+                ev.setdefault("formed", t)
+        ev["first step"] = r["next_generation_s"]
+        rows.setdefault((int(workers), transport, case), []).append(ev)
+    names = ["noticed", "suspended", "first joined", "last joined", "announced", "formed", "first step"]
+    print("| workers | transport | case | runs | " + " | ".join(names) + " |")
+    print("| ---: | --- | --- | ---: |" + " ---: |" * len(names))
+    for key in sorted(rows):
+        evs = rows[key]
+        cells = [statistics.median([e[n] for e in evs if n in e]) if any(n in e for e in evs) else None
+                 for n in names]
+        print(f"| {key[0]} | {key[1]} | {key[2]} | {len(evs)} | " +
+              " | ".join("" if c is None else f"{c:.2f}" for c in cells) + " |")
 
 
 def gloo_floor(gloo_bench, processes, repeats):
@@ -306,11 +364,15 @@ def main():
                    help="also time Gloo's own full mesh of the next generation's size (build/bin/gloo_bench --form)")
     p.add_argument("--gloo-bench", default=os.path.join(ROOT, "build/bin/gloo_bench"))
     p.add_argument("--svg", metavar="PATH", help="plot the next generation's times against the worker count")
+    p.add_argument("--phases-of", metavar="DIR", help="only print the phases of the runs kept in DIR")
     a = p.parse_args()
+    if a.phases_of:
+        phases_of(a.phases_of)
+        return
     series = {}
-    print("| workers | transport | case | first step (s) | coordinator CPU ms/step | step ms | next generation (s) "
-          "| every sample once |")
-    print("| ---: | --- | --- | ---: | ---: | ---: | ---: | --- |")
+    print("| workers | transport | case | first step (s) | coordinator CPU ms/step | CPU ms/step a process | step ms "
+          "| next generation (s) | every sample once |")
+    print("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |")
     for workers in [int(w) for w in a.workers.split(",")]:
         for transport in a.transports.split(","):
             for case in a.cases.split(","):
@@ -325,7 +387,7 @@ def main():
                 errors = [r["error"] for r in runs if "error" in r]
                 once = sorted({r.get("once", "-") for r in runs if "error" not in r})
                 print(f"| {workers} | {transport} | {case} | {med('first_step_s')} | {med('coordinator_ms_per_step')} | "
-                      f"{med('step_ms')} | {med('next_generation_s')} | {', '.join(once)}"
+                      f"{med('process_ms_per_step')} | {med('step_ms')} | {med('next_generation_s')} | {', '.join(once)}"
                       f"{' (' + str(len(errors)) + ' failed: ' + errors[0][:200] + ')' if errors else ''} |",
                       flush=True)
                 if med("next_generation_s") != "-":
@@ -336,7 +398,7 @@ def main():
             for case in [c for c in a.cases.split(",") if c in ("kill", "join")]:
                 processes = workers + 1 + (a.kill if case == "join" else -a.kill)
                 s = gloo_floor(a.gloo_bench, processes, a.repeats)
-                print(f"| {workers} | Gloo's own full mesh of {processes} idle processes ({case}) | | | | | "
+                print(f"| {workers} | Gloo's own full mesh of {processes} idle processes ({case}) | | | | | | "
                       f"{'-' if s is None else f'{s:.3f}'} | |", flush=True)
                 if s is not None:
                     series.setdefault(f"Gloo mesh alone, {case}", []).append((workers, s))

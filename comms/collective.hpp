@@ -203,6 +203,11 @@ class collective_group {
   // Thread-safe, idempotent; wakes every waiting rank with collective_errc::aborted.
   virtual void abort() = 0;
   virtual bool aborted() const noexcept = 0;
+  // Whether its ranks may live in several processes. Such a call can end
+  // on some ranks and fail on others (a peer dies between its sends to
+  // them), so a step may commit with the samples of a member whose own
+  // call failed (See Note [A record before the exchange across processes]).
+  virtual bool spans_processes() const noexcept { return false; }
 };
 
 }  // namespace dpactor

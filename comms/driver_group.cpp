@@ -193,7 +193,8 @@ class driver_endpoint final : public collective {
 
 class driver_group final : public collective_group {
  public:
-  driver_group(int ranks, driver_factory factory) : state_(std::make_shared<group_state>(ranks)), factory_(std::move(factory)) {}
+  driver_group(int ranks, driver_factory factory, bool spans_processes)
+      : state_(std::make_shared<group_state>(ranks)), factory_(std::move(factory)), spans_processes_(spans_processes) {}
   int size() const noexcept override { return state_->ranks; }
   // A rank that cannot set up its communicator breaks the group: the others
   // would wait for it.
@@ -210,16 +211,18 @@ class driver_group final : public collective_group {
   }
   void abort() override { state_->abort_all(); }
   bool aborted() const noexcept override { return state_->aborted; }
+  bool spans_processes() const noexcept override { return spans_processes_; }
 
  private:
   std::shared_ptr<group_state> state_;
   driver_factory factory_;
+  bool spans_processes_;
 };
 
 }  // namespace
 
-std::shared_ptr<collective_group> make_driver_group(int ranks, driver_factory factory) {
-  return std::make_shared<driver_group>(ranks, std::move(factory));
+std::shared_ptr<collective_group> make_driver_group(int ranks, driver_factory factory, bool spans_processes) {
+  return std::make_shared<driver_group>(ranks, std::move(factory), spans_processes);
 }
 
 }  // namespace dpactor

@@ -60,6 +60,8 @@ class collective_driver {
 using driver_factory =
     std::function<std::unique_ptr<collective_driver>(int rank, int size, const std::atomic<bool>& aborted)>;
 
-std::shared_ptr<collective_group> make_driver_group(int ranks, driver_factory factory);
+// `spans_processes`: its ranks may live in several processes (See
+// collective_group::spans_processes).
+std::shared_ptr<collective_group> make_driver_group(int ranks, driver_factory factory, bool spans_processes = false);
 
 }  // namespace dpactor

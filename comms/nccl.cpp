@@ -369,7 +369,7 @@ std::shared_ptr<collective_group> make_nccl_group(std::shared_ptr<rendezvous_sto
     ncclUniqueId id;
     std::memcpy(&id, bytes.data(), sizeof id);
     return std::make_unique<nccl_driver>(rank, n, device_of(rank), id);
-  });
+  }, /*spans_processes=*/true);
 }
 
 }  // namespace dpactor

@@ -18,6 +18,7 @@
 #include <regex>
 #include <thread>
 
+#include "comms/local.hpp"
 #include "config/config_file.hpp"
 #include <dpactor/engine.hpp>
 #include <dpactor/error.hpp>
@@ -307,6 +308,74 @@ TEST_P(Faults, AFaultEvery50StepsKeepsTheLedgerAndTheAccuracy) {
   EXPECT_EQ(faulty.trained->check(60000, 1), "") << "the devices' account";
   EXPECT_GT(faulty.epochs[0].requeued, 0);
   EXPECT_NEAR(faulty.summary.test_accuracy, clean.summary.test_accuracy, 0.01);
+}
+
+// See Note [A record before the exchange across processes]: the local
+// backend under a group that says its ranks live in several processes and
+// whose rank 0 fails its `fail_at`-th step call after the call has ended on
+// every rank, as when a worker dies between its sends to two peers. The
+// other members apply the step; rank 0 does not.
+class ends_elsewhere_group final : public collective_group {
+  struct endpoint final : collective {
+    endpoint(std::unique_ptr<collective> inner, std::shared_ptr<std::atomic<int>> calls, int fail_at)
+        : inner_(std::move(inner)), calls_(std::move(calls)), fail_at_(fail_at) {}
+    int rank() const noexcept override { return inner_->rank(); }
+    int size() const noexcept override { return inner_->size(); }
+    void all_reduce_sum(std::span<float> d, const collective_options& o) override { inner_->all_reduce_sum(d, o); }
+    std::pair<std::size_t, std::size_t> chunk(std::size_t n, int r) const noexcept override { return inner_->chunk(n, r); }
+    void reduce_scatter_sum(std::span<float> d, const collective_options& o) override { inner_->reduce_scatter_sum(d, o); }
+    void all_gather(std::span<const std::span<float>> b, const collective_options& o) override { inner_->all_gather(b, o); }
+    void broadcast(std::span<float> d, int root, const collective_options& o) override { inner_->broadcast(d, root, o); }
+    void reduce_scatter_tree(std::size_t slices, std::span<const tree_part> parts, std::span<float> out,
+                             const collective_options& o) override {
+      inner_->reduce_scatter_tree(slices, parts, out, o);
+    }
+    void barrier(const collective_options& o) override { inner_->barrier(o); }
+    // Every member gathers the reduced gradients: the step's one call is its last.
+    bool gathers_gradients() const noexcept override { return true; }
+    bool all_reduce_tree(std::size_t slices, std::span<const tree_part> parts, std::span<float> out,
+                         std::span<float> header, const std::function<bool(std::span<const float>)>& proceed,
+                         const collective_options& header_options, const collective_options& options) override {
+      const bool proceeded = inner_->all_reduce_tree(slices, parts, out, header, proceed, header_options, options);
+      if (rank() == 0 && calls_->fetch_add(1) + 1 == fail_at_)
+        throw collective_error(collective_errc::aborted, "lost a peer after the others had the step (test)");
+      return proceeded;
+    }
+    std::unique_ptr<collective> inner_;
+    std::shared_ptr<std::atomic<int>> calls_;
+    int fail_at_;
+  };
+
+ public:
+  ends_elsewhere_group(int members, std::shared_ptr<std::atomic<int>> calls, int fail_at)
+      : inner_(make_local_group(members)), calls_(std::move(calls)), fail_at_(fail_at) {}
+  int size() const noexcept override { return inner_->size(); }
+  std::unique_ptr<collective> endpoint(int rank) override {
+    return std::make_unique<struct endpoint>(inner_->endpoint(rank), calls_, fail_at_);
+  }
+  void abort() override { inner_->abort(); }
+  bool aborted() const noexcept override { return inner_->aborted(); }
+  bool spans_processes() const noexcept override { return true; }
+
+ private:
+  std::shared_ptr<collective_group> inner_;
+  std::shared_ptr<std::atomic<int>> calls_;
+  int fail_at_;
+};
+
+TEST(FaultsAcrossProcesses, AStepThatEndedOnlyOnTheOtherMembersKeepsTheRecordOfTheMemberWhoseCallFailed) {
+  const job_config c = testing::faulty_job(3, {}, testing::replica_kind::mlp);
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  run_options o;
+  o.collective_backend = [calls](int members) { return std::make_shared<ends_elsewhere_group>(members, calls, 20); };
+  const testing::recorded_run r = testing::run_recorded(c, o);
+  ASSERT_GE(calls->load(), 20) << "rank 0 never reached its 20th step call";
+  ASSERT_GE(r.memberships.size(), 2u);
+  EXPECT_EQ(r.memberships[1].step, 20) << "step 20, which the others applied, is committed ("
+                                       << r.memberships[1].reason << ")";
+  ASSERT_EQ(r.epochs.size(), 3u);
+  for (const auto& e : r.epochs) EXPECT_EQ(e.samples, 1024) << "epoch " << e.epoch << ": the ledger's count";
+  testing::expect_exactly_once(r);
 }
 
 DPACTOR_ON_BOTH_REPLICAS(Faults);

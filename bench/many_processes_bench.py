@@ -31,8 +31,10 @@ announced, its group formed and the state adopted, its first step).
 With --floor, it also times what forming the next generation's group costs
 any Gloo user on this machine: Gloo's own full mesh of that many idle
 processes (build/bin/gloo_bench --form), the new group's size after the
-kills and after the joins. With --svg PATH, it plots the next generation's
-times (medians) and the floor against the worker count.
+kills and after the joins (kept in DIR too). With --svg PATH, it plots the
+next generation's times (medians) and the floor against the worker count;
+`--plot-of DIR --svg PATH` plots what DIR keeps, so that runs of several
+invocations (a case run again on a quiet machine) make one plot.
 
 One line per (N, transport, case); a run that fails says why and goes on.
 """
@@ -302,6 +304,27 @@ def phases_of(keep):
               " | ".join("" if c is None else f"{c:.2f}" for c in cells) + " |")
 
 
+def kept_series(keep):
+    """The plot's series from the runs and floors kept in `keep`: medians."""
+    import glob
+    runs, series = {}, {}
+    for path in glob.glob(os.path.join(keep, "*.json")):
+        r = json.load(open(path))
+        name = os.path.basename(path)[:-5]
+        if name.startswith("floor-"):
+            series.setdefault(f"Gloo mesh alone, {r['case']}", []).append((r["workers"], r["seconds"]))
+        elif r.get("next_generation_s"):
+            workers, transport, case, _ = name.split("-")
+            runs.setdefault((int(workers), transport, case), []).append(r)
+    for (workers, transport, case), rs in sorted(runs.items()):
+        what = "killed" if case == "kill" else "joined"
+        once = sorted({r.get("once", "-") for r in rs})
+        m = statistics.median([r["next_generation_s"] for r in rs])
+        print(f"| {workers} | {transport} | {case} | {len(rs)} | {m:.3f} | {', '.join(once)} |")
+        series.setdefault(f"{what}, {transport}", []).append((workers, m))
+    return series
+
+
 def gloo_floor(gloo_bench, processes, repeats):
     """Median seconds for Gloo's own connectFullMesh (and a first call) of
     `processes` idle processes (gloo_bench --form), or None."""
@@ -365,16 +388,24 @@ def main():
     p.add_argument("--gloo-bench", default=os.path.join(ROOT, "build/bin/gloo_bench"))
     p.add_argument("--svg", metavar="PATH", help="plot the next generation's times against the worker count")
     p.add_argument("--phases-of", metavar="DIR", help="only print the phases of the runs kept in DIR")
+    p.add_argument("--plot-of", metavar="DIR", help="only print the medians of the runs kept in DIR and plot them (--svg)")
     a = p.parse_args()
     if a.phases_of:
         phases_of(a.phases_of)
+        return
+    if a.plot_of:
+        print("| workers | transport | case | runs | next generation (s), median | every sample once |")
+        print("| ---: | --- | --- | ---: | ---: | --- |")
+        series = kept_series(a.plot_of)
+        if a.svg and series:
+            svg(series, {"1 s (8 killed)": 1.0, "2 s (8 joined)": 2.0}, a.svg)
         return
     series = {}
     print("| workers | transport | case | first step (s) | coordinator CPU ms/step | CPU ms/step a process | step ms "
           "| next generation (s) | every sample once |")
     print("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |")
     for workers in [int(w) for w in a.workers.split(",")]:
-        for transport in a.transports.split(","):
+        for transport in [t for t in a.transports.split(",") if t]:
             for case in a.cases.split(","):
                 runs = [one_run(a.dpactor, workers, transport == "shm", case, a.kill, a.steps_per_epoch, a.epochs,
                                 a.rendezvous_timeout, a.keep)
@@ -392,7 +423,7 @@ def main():
                       flush=True)
                 if med("next_generation_s") != "-":
                     what = "killed" if case == "kill" else "joined"
-                    series.setdefault(f"{a.kill} {what}, {transport}", []).append(
+                    series.setdefault(f"{what}, {transport}", []).append(
                         (workers, float(med("next_generation_s"))))
         if a.floor:
             for case in [c for c in a.cases.split(",") if c in ("kill", "join")]:
@@ -402,6 +433,10 @@ def main():
                       f"{'-' if s is None else f'{s:.3f}'} | |", flush=True)
                 if s is not None:
                     series.setdefault(f"Gloo mesh alone, {case}", []).append((workers, s))
+                    if a.keep:
+                        os.makedirs(a.keep, exist_ok=True)
+                        with open(os.path.join(a.keep, f"floor-{workers}-{case}.json"), "w") as f:
+                            json.dump({"workers": workers, "case": case, "processes": processes, "seconds": s}, f)
     if a.svg and series:
         svg(series, {"1 s (8 killed)": 1.0, "2 s (8 joined)": 2.0}, a.svg)
 

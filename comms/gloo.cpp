@@ -798,8 +798,8 @@ class gloo_group final : public collective_group {
   int size() const noexcept override { return state_->size; }
   std::unique_ptr<collective> endpoint(int rank) override { return std::make_unique<gloo_endpoint>(state_, rank); }
   void abort() override { state_->abort("the group was aborted"); }
-  bool spans_processes() const noexcept override { return true; }
   bool aborted() const noexcept override { return state_->aborted; }
+  bool spans_processes() const noexcept override { return true; }
 
  private:
   std::shared_ptr<gloo_group_state> state_;

@@ -27,6 +27,8 @@ import sys
 import tempfile
 import time
 
+from svg_frame import frame
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -77,12 +79,7 @@ def svg(curves, path, target):
     px = lambda t: left + t / x1 * (w - left - 20)
     py = lambda acc: h - bottom - (acc - y0) / (y1 - y0) * (h - bottom - 20)
     colors = {"diloco": "#1f77b4", "async": "#d62728"}
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">',
-           f'<rect width="{w}" height="{h}" fill="white"/>',
-           f'<line x1="{left}" y1="{h - bottom}" x2="{w - 20}" y2="{h - bottom}" stroke="black"/>',
-           f'<line x1="{left}" y1="20" x2="{left}" y2="{h - bottom}" stroke="black"/>',
-           f'<text x="{w / 2}" y="{h - 10}" text-anchor="middle">seconds from the process start</text>',
-           f'<text x="15" y="{h / 2}" transform="rotate(-90 15 {h / 2})" text-anchor="middle">test accuracy</text>',
+    out = frame(w, h, left, bottom, 20, "seconds from the process start", "test accuracy") + [
            f'<line x1="{left}" y1="{py(target):.1f}" x2="{w - 20}" y2="{py(target):.1f}" stroke="#999" stroke-dasharray="4"/>']
     step = 10 if x1 > 40 else 5
     for t in range(0, int(x1) + 1, step):

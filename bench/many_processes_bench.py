@@ -51,6 +51,8 @@ import sys
 import tempfile
 import time
 
+from svg_frame import frame
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MASK = (1 << 64) - 1
 
@@ -344,13 +346,8 @@ def svg(series, bounds, path):
     px = lambda x: left + (math.log2(x) - math.log2(xs[0])) / max(1e-9, math.log2(xs[-1]) - math.log2(xs[0])) * (w - left - 200)
     py = lambda y: h - bottom - y / y1 * (h - bottom - 20)
     colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#000000"]
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">',
-           f'<rect width="{w}" height="{h}" fill="white"/>',
-           f'<line x1="{left}" y1="{h - bottom}" x2="{w - 190}" y2="{h - bottom}" stroke="black"/>',
-           f'<line x1="{left}" y1="20" x2="{left}" y2="{h - bottom}" stroke="black"/>',
-           f'<text x="{(left + w - 190) / 2}" y="{h - 10}" text-anchor="middle">worker processes (2 cores)</text>',
-           f'<text x="15" y="{h / 2}" transform="rotate(-90 15 {h / 2})" text-anchor="middle">'
-           'seconds to the next generation\'s first step</text>']
+    out = frame(w, h, left, bottom, 190, "worker processes (2 cores)", "seconds to the next generation's first step",
+                xlabel_at=(left + w - 190) / 2)
     for x in xs:
         out.append(f'<text x="{px(x):.0f}" y="{h - bottom + 15}" text-anchor="middle">{x}</text>')
     for i in range(y1 + 1):

@@ -30,6 +30,8 @@ import subprocess
 import sys
 import tempfile
 
+from svg_frame import frame
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 CASES = [
@@ -87,12 +89,7 @@ def svg(curves, path):
     px = lambda b: left + (math.log10(b) - x0) / (x1 - x0) * (w - left - 20)
     py = lambda a: h - bottom - (a - y0) / (y1 - y0) * (h - bottom - 20)
     colors = ["#000000", "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">',
-           f'<rect width="{w}" height="{h}" fill="white"/>',
-           f'<line x1="{left}" y1="{h - bottom}" x2="{w - 20}" y2="{h - bottom}" stroke="black"/>',
-           f'<line x1="{left}" y1="20" x2="{left}" y2="{h - bottom}" stroke="black"/>',
-           f'<text x="{w / 2}" y="{h - 10}" text-anchor="middle">MB sent by the collectives (log scale)</text>',
-           f'<text x="15" y="{h / 2}" transform="rotate(-90 15 {h / 2})" text-anchor="middle">test accuracy</text>']
+    out = frame(w, h, left, bottom, 20, "MB sent by the collectives (log scale)", "test accuracy")
     for e in range(math.floor(x0), math.ceil(x1) + 1):
         if x0 <= e <= x1:
             out.append(f'<text x="{px(10 ** e):.0f}" y="{h - bottom + 15}" text-anchor="middle">{10 ** e / 1e6:g}</text>')

@@ -317,8 +317,9 @@ TEST_P(Faults, AFaultEvery50StepsKeepsTheLedgerAndTheAccuracy) {
 // other members apply the step; rank 0 does not.
 class ends_elsewhere_group final : public collective_group {
   struct endpoint final : collective {
-    endpoint(std::unique_ptr<collective> inner, std::shared_ptr<std::atomic<int>> calls, int fail_at)
-        : inner_(std::move(inner)), calls_(std::move(calls)), fail_at_(fail_at) {}
+    endpoint(std::unique_ptr<collective> inner, std::shared_ptr<collective_group> group,
+             std::shared_ptr<std::atomic<int>> calls, int fail_at)
+        : inner_(std::move(inner)), group_(std::move(group)), calls_(std::move(calls)), fail_at_(fail_at) {}
     int rank() const noexcept override { return inner_->rank(); }
     int size() const noexcept override { return inner_->size(); }
     void all_reduce_sum(std::span<float> d, const collective_options& o) override { inner_->all_reduce_sum(d, o); }
@@ -337,11 +338,14 @@ class ends_elsewhere_group final : public collective_group {
                          std::span<float> header, const std::function<bool(std::span<const float>)>& proceed,
                          const collective_options& header_options, const collective_options& options) override {
       const bool proceeded = inner_->all_reduce_tree(slices, parts, out, header, proceed, header_options, options);
-      if (rank() == 0 && calls_->fetch_add(1) + 1 == fail_at_)
+      if (rank() == 0 && calls_->fetch_add(1) + 1 == fail_at_) {
+        group_->abort();  // as a failed Gloo call does: the others' next call fails too
         throw collective_error(collective_errc::aborted, "lost a peer after the others had the step (test)");
+      }
       return proceeded;
     }
     std::unique_ptr<collective> inner_;
+    std::shared_ptr<collective_group> group_;
     std::shared_ptr<std::atomic<int>> calls_;
     int fail_at_;
   };
@@ -351,7 +355,7 @@ class ends_elsewhere_group final : public collective_group {
       : inner_(make_local_group(members)), calls_(std::move(calls)), fail_at_(fail_at) {}
   int size() const noexcept override { return inner_->size(); }
   std::unique_ptr<collective> endpoint(int rank) override {
-    return std::make_unique<struct endpoint>(inner_->endpoint(rank), calls_, fail_at_);
+    return std::make_unique<struct endpoint>(inner_->endpoint(rank), inner_, calls_, fail_at_);
   }
   void abort() override { inner_->abort(); }
   bool aborted() const noexcept override { return inner_->aborted(); }
